@@ -1,0 +1,1 @@
+"""The ``pgqueue`` command (Typer). The library never imports this package."""

@@ -1,0 +1,91 @@
+"""pgqueue: a task queue for Python whose whole state lives in PostgreSQL.
+
+>>> import pgqueue
+>>> app = pgqueue.App(dsn="postgresql://localhost/app")
+>>> @app.task(queue="mail", max_attempts=3)
+... def send_email(to: str, subject: str) -> None: ...
+>>> send_email.enqueue(to="a@b.c", subject="hi")   # doctest: +SKIP
+Enqueued(job_id=1, created=True)
+"""
+
+from pgqueue.app import App
+from pgqueue.context import JobContext
+from pgqueue.errors import (
+    ConnectionFailed,
+    DatabaseError,
+    DuplicateJob,
+    DuplicateSchedule,
+    InvalidCron,
+    InvalidDuration,
+    InvalidInput,
+    InvalidJobState,
+    InvalidName,
+    InvalidOption,
+    InvalidPayload,
+    InvalidTimezone,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+    LeaseLost,
+    PayloadTooLarge,
+    PgQueueError,
+    PoolExhausted,
+    ResultTimeout,
+    ScheduleNotFound,
+    SchemaNotMigrated,
+)
+from pgqueue.models import (
+    Attempt,
+    AttemptOutcome,
+    Enqueued,
+    Job,
+    JobSpec,
+    JobStatus,
+    LeasedJob,
+    Page,
+    QueueMetrics,
+)
+from pgqueue.retry import Backoff, Permanent, Retry
+from pgqueue.task import Task
+from pgqueue.version import __version__
+
+__all__ = [
+    "App",
+    "Attempt",
+    "AttemptOutcome",
+    "Backoff",
+    "ConnectionFailed",
+    "DatabaseError",
+    "DuplicateJob",
+    "DuplicateSchedule",
+    "Enqueued",
+    "InvalidCron",
+    "InvalidDuration",
+    "InvalidInput",
+    "InvalidJobState",
+    "InvalidName",
+    "InvalidOption",
+    "InvalidPayload",
+    "InvalidTimezone",
+    "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobFailed",
+    "JobNotFound",
+    "JobSpec",
+    "JobStatus",
+    "LeaseLost",
+    "LeasedJob",
+    "Page",
+    "PayloadTooLarge",
+    "Permanent",
+    "PgQueueError",
+    "PoolExhausted",
+    "QueueMetrics",
+    "ResultTimeout",
+    "Retry",
+    "ScheduleNotFound",
+    "SchemaNotMigrated",
+    "Task",
+    "__version__",
+]

@@ -1,0 +1,526 @@
+"""The App: task registry, connection pools and every public operation.
+
+Each method and its ``_async`` twin are one line over the same operation in
+:mod:`pgqueue.ops`; the sync twin runs on a psycopg ``ConnectionPool``, the
+async twin on an ``AsyncConnectionPool``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import psycopg
+
+from pgqueue import validation
+from pgqueue.config import resolve_dsn
+from pgqueue.database import Database
+from pgqueue.errors import InvalidName
+from pgqueue.models import Enqueued, Job, JobSpec, JobStatus, LeasedJob, Page, QueueMetrics
+from pgqueue.ops import (
+    DEFAULT_TASK,
+    OpContext,
+    TaskDefaults,
+    admin,
+    consume,
+    enqueue,
+    inspect,
+    maintenance,
+)
+from pgqueue.payloads import encode_result
+from pgqueue.queries import queries_for
+from pgqueue.retry import DEFAULT_BACKOFF, Backoff
+from pgqueue.task import Task
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pgqueue.worker.settings import WorkerSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+SyncConn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+Age = str | float | timedelta
+
+
+class App:
+    """A pgqueue application: one database, one schema, a registry of tasks.
+
+    ``dsn``: argument, else ``PGQUEUE_DSN``, else ``DATABASE_URL``, else libpq's
+    defaults (PGHOST, ...). The DSN's own parameters (``application_name``,
+    ...) are kept. Pools open on first use; ``close()`` (or ``with App(...)``)
+    releases them. Set ``listen=False`` behind a transaction-mode PgBouncer:
+    workers and ``result()`` then poll instead of waiting on LISTEN.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        schema: str = "pgqueue",
+        *,
+        max_payload_bytes: int = 1 << 20,
+        max_result_bytes: int = 1 << 20,
+        pool_min_size: int = 1,
+        pool_max_size: int = 10,
+        pool_timeout: float = 10.0,
+        listen: bool = True,
+        clock: Callable[[], datetime | None] | None = None,
+    ) -> None:
+        self.schema = validation.schema_name(schema)
+        self.dsn = resolve_dsn(dsn)
+        self.max_payload_bytes = validation.positive_int("max_payload_bytes", max_payload_bytes)
+        self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
+        self.listen = listen
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.periodic: list[Any] = []
+        self.queries = queries_for(self.schema)
+        self.database = Database(
+            self.dsn,
+            self.queries,
+            min_size=validation.positive_int("pool_min_size", pool_min_size)
+            if pool_min_size
+            else 0,
+            max_size=validation.positive_int("pool_max_size", pool_max_size),
+            timeout=validation.seconds("pool_timeout", pool_timeout, allow_zero=False),
+        )
+        self.op_context = OpContext(
+            schema=self.schema,
+            queries=self.queries,
+            max_payload_bytes=self.max_payload_bytes,
+            max_result_bytes=self.max_result_bytes,
+            task_defaults=self._task_defaults,
+            clock=clock or _no_clock,
+        )
+
+    def __repr__(self) -> str:
+        return f"<pgqueue.App schema={self.schema!r} tasks={len(self.tasks)}>"
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pools (they reopen on next use)."""
+        self.database.close()
+
+    async def close_async(self) -> None:
+        """Async twin of :meth:`close`."""
+        await self.database.close_async()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_async()
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema to this version (same as ``pgqueue migrate``)."""
+        from pgqueue.migrate import upgrade
+
+        upgrade(self.dsn, self.schema)
+
+    # --- tasks ---------------------------------------------------------------
+
+    @overload
+    def task(self, func: F, /) -> Task[Any, Any]: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: Backoff = DEFAULT_BACKOFF,
+        lease_seconds: float = 60,
+        timeout: float | timedelta | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[F], Task[Any, Any]]: ...
+
+    def task(self, func: Any = None, /, **options: Any) -> Any:
+        """Register a sync or async function as a task: ``@app.task`` or
+        ``@app.task(queue="mail", max_attempts=3, retry=pgqueue.Backoff(base=5))``."""
+
+        def register(f: Callable[..., Any]) -> Task[Any, Any]:
+            task: Task[Any, Any] = Task(self, f, **options)
+            if task.name in self.tasks and self.tasks[task.name].func is not f:
+                raise InvalidName(f"a task named {task.name!r} is already registered")
+            self.tasks[task.name] = task
+            return task
+
+        return register(func) if func is not None else register
+
+    def _task_defaults(self, name: str) -> TaskDefaults:
+        task = self.tasks.get(name)
+        return task.defaults if task is not None else DEFAULT_TASK
+
+    # --- enqueue -------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        dedup_key: str | None = None,
+        serial_key: str | None = None,
+        conn: SyncConn | None = None,
+    ) -> Enqueued:
+        """Enqueue one job by task name (the task need not be registered here);
+        in ``conn``'s transaction when given."""
+        spec = JobSpec(
+            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+        )
+        return self.database.run(enqueue.enqueue_one(self.op_context, spec), conn)
+
+    async def enqueue_async(
+        self,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        dedup_key: str | None = None,
+        serial_key: str | None = None,
+        conn: AsyncConn | None = None,
+    ) -> Enqueued:
+        """Async twin of :meth:`enqueue`."""
+        spec = JobSpec(
+            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+        )
+        return await self.database.run_async(enqueue.enqueue_one(self.op_context, spec), conn)
+
+    def enqueue_many(
+        self, specs: Sequence[JobSpec], *, conn: SyncConn | None = None
+    ) -> list[Enqueued]:
+        """Enqueue many jobs in one statement and one transaction (all or
+        nothing); dedup hits return the live job's id, in input order."""
+        return self.database.run(enqueue.enqueue_many(self.op_context, specs), conn)
+
+    async def enqueue_many_async(
+        self, specs: Sequence[JobSpec], *, conn: AsyncConn | None = None
+    ) -> list[Enqueued]:
+        """Async twin of :meth:`enqueue_many`."""
+        return await self.database.run_async(enqueue.enqueue_many(self.op_context, specs), conn)
+
+    # --- low-level consumer API ----------------------------------------------
+
+    def lease(
+        self,
+        queue: str | Sequence[str] | None,
+        worker_id: str,
+        max: int = 1,
+        lease_seconds: float | None = None,
+    ) -> list[LeasedJob]:
+        """Lease up to ``max`` ready jobs of ``queue`` (a name, names, or None
+        for every queue) in DESIGN order; ``lease_seconds`` overrides the jobs' own."""
+        return self.database.run(
+            consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
+        )
+
+    async def lease_async(
+        self,
+        queue: str | Sequence[str] | None,
+        worker_id: str,
+        max: int = 1,
+        lease_seconds: float | None = None,
+    ) -> list[LeasedJob]:
+        """Async twin of :meth:`lease`."""
+        return await self.database.run_async(
+            consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
+        )
+
+    def ack(self, leased: LeasedJob, result: Any = None) -> None:
+        """Mark a leased job succeeded, storing ``result`` (JSON). Raises
+        LeaseLost, changing nothing, when this lease is no longer valid."""
+        value = encode_result(result, self.max_result_bytes)
+        self.database.run(consume.ack_many(self.op_context, [leased], [value]))
+
+    async def ack_async(self, leased: LeasedJob, result: Any = None) -> None:
+        """Async twin of :meth:`ack`."""
+        value = encode_result(result, self.max_result_bytes)
+        await self.database.run_async(consume.ack_many(self.op_context, [leased], [value]))
+
+    def ack_many(self, leased: Sequence[LeasedJob]) -> None:
+        """Ack many jobs in one statement; LeaseLost names any that were stale
+        (the others are acked)."""
+        self.database.run(consume.ack_many(self.op_context, leased))
+
+    async def ack_many_async(self, leased: Sequence[LeasedJob]) -> None:
+        """Async twin of :meth:`ack_many`."""
+        await self.database.run_async(consume.ack_many(self.op_context, leased))
+
+    def fail(
+        self,
+        leased: LeasedJob,
+        error: BaseException | str,
+        retry_at: datetime | None = None,
+        permanent: bool = False,
+    ) -> JobStatus:
+        """Record a failed attempt: retry at ``retry_at`` or after the job's
+        backoff, or dead-letter when ``permanent`` or out of attempts. Returns
+        the job's new status; raises LeaseLost for a stale lease."""
+        return JobStatus(
+            self.database.run(consume.fail(self.op_context, leased, error, retry_at, permanent))
+        )
+
+    async def fail_async(
+        self,
+        leased: LeasedJob,
+        error: BaseException | str,
+        retry_at: datetime | None = None,
+        permanent: bool = False,
+    ) -> JobStatus:
+        """Async twin of :meth:`fail`."""
+        return JobStatus(
+            await self.database.run_async(
+                consume.fail(self.op_context, leased, error, retry_at, permanent)
+            )
+        )
+
+    def nack(self, leased: LeasedJob) -> None:
+        """Hand a leased job back to its queue now, unrun (the attempt is
+        recorded as ``released`` and does not count)."""
+        self.database.run(consume.nack_many(self.op_context, [leased]))
+
+    async def nack_async(self, leased: LeasedJob) -> None:
+        """Async twin of :meth:`nack`."""
+        await self.database.run_async(consume.nack_many(self.op_context, [leased]))
+
+    def extend(self, leased: LeasedJob, seconds: float) -> bool:
+        """Extend the lease to now + ``seconds``; False when the lease is lost."""
+        return self.database.run(consume.extend(self.op_context, leased, seconds))
+
+    async def extend_async(self, leased: LeasedJob, seconds: float) -> bool:
+        """Async twin of :meth:`extend`."""
+        return await self.database.run_async(consume.extend(self.op_context, leased, seconds))
+
+    # --- inspection ------------------------------------------------------------
+
+    def get_job(self, job_id: int, history: bool = False) -> Job:
+        """A job by id (live or archived); ``history=True`` loads every attempt."""
+        return self.database.run(inspect.get_job(job_id, history))
+
+    async def get_job_async(self, job_id: int, history: bool = False) -> Job:
+        """Async twin of :meth:`get_job`."""
+        return await self.database.run_async(inspect.get_job(job_id, history))
+
+    def list_jobs(
+        self,
+        queue: str | None = None,
+        status: str | JobStatus | None = None,
+        task: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """A page of jobs, newest first; pass ``page.next_cursor`` for the next one."""
+        return self.database.run(inspect.list_jobs(queue, status, task, limit, cursor))
+
+    async def list_jobs_async(
+        self,
+        queue: str | None = None,
+        status: str | JobStatus | None = None,
+        task: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """Async twin of :meth:`list_jobs`."""
+        return await self.database.run_async(inspect.list_jobs(queue, status, task, limit, cursor))
+
+    def metrics(self, queue: str | None = None) -> dict[str, QueueMetrics]:
+        """Counts per queue: queued, scheduled, running, succeeded (last hour),
+        dead, cancelled, oldest ready age, paused."""
+        return self.database.run(inspect.metrics(queue))
+
+    async def metrics_async(self, queue: str | None = None) -> dict[str, QueueMetrics]:
+        """Async twin of :meth:`metrics`."""
+        return await self.database.run_async(inspect.metrics(queue))
+
+    def explain(self, job_id: int) -> str:
+        """Why a job is where it is, in plain words."""
+        return self.database.run(inspect.explain(job_id))
+
+    async def explain_async(self, job_id: int) -> str:
+        """Async twin of :meth:`explain`."""
+        return await self.database.run_async(inspect.explain(job_id))
+
+    def result(self, job_id: int, timeout: float | None = None) -> Any:
+        """The job's stored return value, waiting (via NOTIFY) until it
+        finishes. Raises JobFailed (dead), JobCancelled, or ResultTimeout."""
+        return self.database.run(inspect.result(job_id, timeout, self._result_poll))
+
+    async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
+        """Async twin of :meth:`result`."""
+        return await self.database.run_async(inspect.result(job_id, timeout, self._result_poll))
+
+    @property
+    def _result_poll(self) -> float:
+        return 1.0 if self.listen else 0.2
+
+    # --- administration ----------------------------------------------------------
+
+    def cancel(self, job_id: int) -> JobStatus:
+        """Cancel a job: queued or scheduled ones end ``cancelled`` now (returns
+        cancelled); a running one is asked to stop and ends cancelled when its
+        attempt ends (returns running). Cancelling a finished job is an error."""
+        return self.database.run(admin.cancel(job_id))
+
+    async def cancel_async(self, job_id: int) -> JobStatus:
+        """Async twin of :meth:`cancel`."""
+        return await self.database.run_async(admin.cancel(job_id))
+
+    def replay(self, job_id: int, queue: str | None = None, run_at: datetime | None = None) -> int:
+        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns the new id."""
+        return self.database.run(admin.replay(job_id, queue, run_at))
+
+    async def replay_async(
+        self, job_id: int, queue: str | None = None, run_at: datetime | None = None
+    ) -> int:
+        """Async twin of :meth:`replay`."""
+        return await self.database.run_async(admin.replay(job_id, queue, run_at))
+
+    def requeue_dead(self, job_id: int) -> None:
+        """Put a dead job back in its queue (with one more attempt if needed)."""
+        self.database.run(admin.requeue_dead(job_id))
+
+    async def requeue_dead_async(self, job_id: int) -> None:
+        """Async twin of :meth:`requeue_dead`."""
+        await self.database.run_async(admin.requeue_dead(job_id))
+
+    def pause_queue(self, queue: str) -> None:
+        """Stop every worker from leasing jobs of ``queue`` (enqueue still works)."""
+        self.database.run(admin.set_paused(queue, True))
+
+    async def pause_queue_async(self, queue: str) -> None:
+        """Async twin of :meth:`pause_queue`."""
+        await self.database.run_async(admin.set_paused(queue, True))
+
+    def resume_queue(self, queue: str) -> None:
+        """Let workers lease jobs of ``queue`` again."""
+        self.database.run(admin.set_paused(queue, False))
+
+    async def resume_queue_async(self, queue: str) -> None:
+        """Async twin of :meth:`resume_queue`."""
+        await self.database.run_async(admin.set_paused(queue, False))
+
+    def set_queue_limit(
+        self, queue: str, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Limit ``queue`` across all workers: at most ``concurrency`` jobs
+        running, at most ``rate`` (e.g. ``"100/1m"``) lease starts per sliding
+        window. None lifts that limit."""
+        self.database.run(admin.set_limits(queue, concurrency, rate))
+
+    async def set_queue_limit_async(
+        self, queue: str, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Async twin of :meth:`set_queue_limit`."""
+        await self.database.run_async(admin.set_limits(queue, concurrency, rate))
+
+    # --- maintenance -----------------------------------------------------------
+
+    def reap(self) -> int:
+        """Reclaim jobs whose lease expired (as workers do periodically); returns how many."""
+        return self.database.run(maintenance.reap(self.op_context))
+
+    async def reap_async(self) -> int:
+        """Async twin of :meth:`reap`."""
+        return await self.database.run_async(maintenance.reap(self.op_context))
+
+    def archive(
+        self,
+        older_than: Age,
+        limit: int | None = None,
+        statuses: Sequence[str] = ("succeeded",),
+        batch_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Move finished jobs older than ``older_than`` (``"7d"``, seconds, a
+        timedelta) to the archive table in short batches; returns how many."""
+        return self.database.run(
+            maintenance.archive(older_than, limit, statuses, batch_size, progress)
+        )
+
+    async def archive_async(
+        self,
+        older_than: Age,
+        limit: int | None = None,
+        statuses: Sequence[str] = ("succeeded",),
+        batch_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Async twin of :meth:`archive`."""
+        return await self.database.run_async(
+            maintenance.archive(older_than, limit, statuses, batch_size, progress)
+        )
+
+    def prune(
+        self,
+        older_than: Age,
+        limit: int | None = None,
+        batch_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, int]:
+        """Delete attempt history and archived jobs finished before the cutoff;
+        returns ``{"attempts": n, "archived_jobs": m}``."""
+        return self.database.run(maintenance.prune(older_than, limit, batch_size, progress))
+
+    async def prune_async(
+        self,
+        older_than: Age,
+        limit: int | None = None,
+        batch_size: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, int]:
+        """Async twin of :meth:`prune`."""
+        return await self.database.run_async(
+            maintenance.prune(older_than, limit, batch_size, progress)
+        )
+
+    # --- worker -----------------------------------------------------------------
+
+    def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
+        """Run a worker in this process until SIGTERM/SIGINT (see
+        :class:`pgqueue.worker.settings.WorkerSettings` for the options)."""
+        from pgqueue.worker.runner import run_worker
+
+        run_worker(self, self._worker_settings(queues, options))
+
+    async def run_worker_async(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        stop: asyncio.Event | None = None,
+        **options: Any,
+    ) -> None:
+        """Run a worker on the current event loop; returns after a graceful
+        stop once ``stop`` is set."""
+        from pgqueue.worker.runner import run_worker_async
+
+        await run_worker_async(self, self._worker_settings(queues, options), stop)
+
+    def _worker_settings(
+        self, queues: Sequence[str] | None, options: dict[str, Any]
+    ) -> WorkerSettings:
+        from pgqueue.worker.settings import WorkerSettings
+
+        return WorkerSettings.build(queues=queues, listen=self.listen, **options)
+
+
+def _no_clock() -> datetime | None:
+    return None

@@ -1,0 +1,390 @@
+"""Connection pools and the two drivers (sync, async) of :mod:`pgqueue.ops`.
+
+This is the only module that executes SQL for the library. It also turns
+psycopg's errors into pgqueue's: connection trouble, an unmigrated schema, and
+input errors raised by the SQL functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import threading
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import ConnStatus
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from pgqueue.errors import (
+    ConnectionFailed,
+    DuplicateJob,
+    InvalidInput,
+    PoolExhausted,
+    SchemaNotMigrated,
+)
+from pgqueue.ops import Execute, Listen, Op, Step
+from pgqueue.queries import Queries, channel_for
+from pgqueue.version import SCHEMA_REVISION
+
+T = TypeVar("T")
+
+_SCHEMA_ERRORS = (
+    pg_errors.UndefinedTable,
+    pg_errors.UndefinedFunction,
+    pg_errors.InvalidSchemaName,
+    pg_errors.UndefinedObject,
+    pg_errors.UndefinedColumn,
+)
+
+
+def connection_params(dsn: str, application_name: str = "pgqueue") -> str:
+    """The DSN with pgqueue's defaults added where the DSN says nothing."""
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConnectionFailed(f"invalid DSN: {exc}") from None
+    extra: dict[str, Any] = {}
+    if "application_name" not in given:
+        extra["application_name"] = application_name
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = 10
+    return make_conninfo(dsn, **extra)
+
+
+def describe_target(dsn: str) -> str:
+    """``host:port/dbname`` for messages (never the password)."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the given DSN"
+    host = info.get("host") or "local socket"
+    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+
+
+class ErrorTranslator:
+    """Maps psycopg exceptions to pgqueue exceptions for one schema and DSN."""
+
+    def __init__(self, schema: str, dsn: str) -> None:
+        self.schema = schema
+        self.target = describe_target(dsn)
+
+    def __call__(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, _SCHEMA_ERRORS):
+            return SchemaNotMigrated(
+                f'schema "{self.schema}" is not migrated or is older than this pgqueue '
+                f"({exc.diag.message_primary}): run `pgqueue migrate`"
+            )
+        if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == (
+            "jobs_dedup_key_idx"
+        ):
+            return DuplicateJob(
+                "a live job with the same queue and dedup key already exists "
+                f"({exc.diag.message_detail or ''})".rstrip(" ()")
+            )
+        if isinstance(exc, pg_errors.InvalidParameterValue) and (
+            exc.diag.message_primary or ""
+        ).startswith("pgqueue:"):
+            return InvalidInput((exc.diag.message_primary or "")[len("pgqueue: ") :])
+        if isinstance(exc, PoolTimeout):
+            return PoolExhausted(
+                f"no database connection to {self.target} became free in time: {exc}"
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            return ConnectionFailed(f"PostgreSQL at {self.target}: {str(exc).strip()}")
+        return exc
+
+
+def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """A pooled connection is idle: if its socket is readable, the server has
+    closed it or sent a termination notice. Costs one poll, no round trip."""
+    if conn.closed:
+        return False
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+        if readable:
+            conn.pgconn.consume_input()
+    except (OSError, psycopg.OperationalError):
+        return False
+    return conn.pgconn.status == ConnStatus.OK
+
+
+def _check_sync(conn: psycopg.Connection[Any]) -> None:
+    if not _socket_alive(conn):
+        raise psycopg.OperationalError("connection closed by the server")
+
+
+async def _check_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    if not _socket_alive(conn):
+        raise psycopg.OperationalError("connection closed by the server")
+
+
+def _listen_sql(schema: str) -> sql.Composed:
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel_for(schema)))
+
+
+_UNLISTEN = "UNLISTEN *"
+
+
+def _wait_for(conn: psycopg.Connection[Any], payload: str, timeout: float) -> bool:
+    return any(note.payload == payload for note in conn.notifies(timeout=timeout))
+
+
+async def _wait_for_async(conn: psycopg.AsyncConnection[Any], payload: str, timeout: float) -> bool:
+    async for note in conn.notifies(timeout=timeout):
+        if note.payload == payload:
+            return True
+    return False
+
+
+def _read_revision(conn: psycopg.Connection[Any], schema: str) -> str | None:
+    """The Alembic revision of ``schema``, None when it was never migrated."""
+    query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
+    try:
+        row = conn.execute(query).fetchone()
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+        return None
+    return row[0] if row else None
+
+
+async def _read_revision_async(conn: psycopg.AsyncConnection[Any], schema: str) -> str | None:
+    query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
+    try:
+        row = await (await conn.execute(query)).fetchone()
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+        return None
+    return row[0] if row else None
+
+
+class Database:
+    """The sync and async pools of one App, created on first use."""
+
+    def __init__(
+        self,
+        dsn: str,
+        queries: Queries,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        check_schema: bool = True,
+    ) -> None:
+        self.dsn = connection_params(dsn)
+        self.raw_dsn = dsn
+        self.queries = queries
+        self.schema = queries.schema
+        self.translate = ErrorTranslator(self.schema, dsn)
+        self.min_size = min_size
+        self.max_size = max_size
+        self.timeout = timeout
+        self._check_schema = check_schema
+        self._sync_pool: ConnectionPool | None = None
+        self._async_pool: AsyncConnectionPool | None = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._async_lock: asyncio.Lock | None = None
+
+    # --- connections -------------------------------------------------------
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A new dedicated connection (not from the pool), autocommit."""
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise self.translate(exc) from None
+
+    async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        """A new dedicated async connection (not from the pool), autocommit."""
+        try:
+            return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise self.translate(exc) from None
+
+    def _schema_problem(self, revision: str | None) -> SchemaNotMigrated | None:
+        if revision is None:
+            return SchemaNotMigrated(
+                f'schema "{self.schema}" is not migrated: run `pgqueue migrate`'
+                + ("" if self.schema == "pgqueue" else f" --schema {self.schema}")
+            )
+        if revision != SCHEMA_REVISION:
+            return SchemaNotMigrated(
+                f'schema "{self.schema}" is at revision {revision} but this pgqueue needs '
+                f"{SCHEMA_REVISION}: run `pgqueue migrate`"
+            )
+        return None
+
+    def sync_pool(self) -> ConnectionPool:
+        if self._sync_pool is None:
+            with self._lock:
+                if self._sync_pool is None:
+                    # A direct first connection gives libpq's own reason on a bad
+                    # DSN instead of a pool timeout, and checks the schema once.
+                    with self.connect() as probe:
+                        if self._check_schema and (
+                            problem := self._schema_problem(_read_revision(probe, self.schema))
+                        ):
+                            raise problem
+                    self._sync_pool = ConnectionPool(
+                        self.dsn,
+                        kwargs={"autocommit": True},
+                        min_size=self.min_size,
+                        max_size=self.max_size,
+                        timeout=self.timeout,
+                        check=_check_sync,
+                        name=f"pgqueue-{self.schema}",
+                        open=True,
+                    )
+        return self._sync_pool
+
+    async def async_pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        if self._async_pool is not None and self._async_loop is not loop:
+            # Created under another event loop (e.g. a previous asyncio.run).
+            self._async_pool = None
+            self._async_lock = None
+        if self._async_lock is None:
+            self._async_lock = asyncio.Lock()
+        async with self._async_lock:
+            if self._async_pool is None:
+                probe = await self.connect_async()
+                try:
+                    if self._check_schema and (
+                        problem := self._schema_problem(
+                            await _read_revision_async(probe, self.schema)
+                        )
+                    ):
+                        raise problem
+                finally:
+                    await probe.close()
+                pool = AsyncConnectionPool(
+                    self.dsn,
+                    kwargs={"autocommit": True},
+                    min_size=self.min_size,
+                    max_size=self.max_size,
+                    timeout=self.timeout,
+                    check=_check_async,
+                    name=f"pgqueue-{self.schema}-async",
+                    open=False,
+                )
+                await pool.open()
+                self._async_pool, self._async_loop = pool, loop
+        return self._async_pool
+
+    def close(self) -> None:
+        if self._sync_pool is not None:
+            self._sync_pool.close()
+            self._sync_pool = None
+        pool, loop = self._async_pool, self._async_loop
+        self._async_pool = self._async_loop = None
+        if pool is not None and loop is not None and not loop.is_closed():
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(pool.close(), loop)
+            else:
+                loop.run_until_complete(pool.close())
+
+    async def close_async_pool(self) -> None:
+        """Close the async pool only (e.g. before its event loop ends)."""
+        if self._async_pool is not None:
+            await self._async_pool.close()
+            self._async_pool = self._async_loop = None
+
+    async def close_async(self) -> None:
+        if self._async_pool is not None:
+            await self._async_pool.close()
+            self._async_pool = None
+        if self._sync_pool is not None:
+            await asyncio.to_thread(self._sync_pool.close)
+            self._sync_pool = None
+
+    # --- drivers -----------------------------------------------------------
+
+    def run(self, op: Op[T], conn: psycopg.Connection[Any] | None = None) -> T:
+        """Drive ``op`` on ``conn`` (the caller's transaction) or a pooled connection."""
+        if conn is not None:
+            return self._drive(op, conn)
+        try:
+            with self.sync_pool().connection() as pooled:
+                return self._drive(op, pooled)
+        except PoolTimeout as exc:
+            raise self.translate(exc) from None
+
+    async def run_async(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
+        """Async twin of :meth:`run`."""
+        if conn is not None:
+            return await self._drive_async(op, conn)
+        pool = await self.async_pool()
+        try:
+            async with pool.connection() as pooled:
+                return await self._drive_async(op, pooled)
+        except PoolTimeout as exc:
+            raise self.translate(exc) from None
+
+    def _drive(self, op: Op[T], conn: psycopg.Connection[Any]) -> T:
+        listening = False
+        try:
+            step: Step = next(op)
+            while True:
+                try:
+                    if isinstance(step, Execute):
+                        result: Any = self._execute(conn, step)
+                    elif isinstance(step, Listen):
+                        conn.execute(_listen_sql(self.schema))
+                        listening, result = True, None
+                    else:
+                        result = _wait_for(conn, step.payload, step.timeout)
+                except psycopg.Error as exc:
+                    step = op.throw(self.translate(exc))
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if listening and not conn.closed:
+                conn.execute(_UNLISTEN)
+
+    async def _drive_async(self, op: Op[T], conn: psycopg.AsyncConnection[Any]) -> T:
+        listening = False
+        try:
+            step: Step = next(op)
+            while True:
+                try:
+                    if isinstance(step, Execute):
+                        result: Any = await self._execute_async(conn, step)
+                    elif isinstance(step, Listen):
+                        await conn.execute(_listen_sql(self.schema))
+                        listening, result = True, None
+                    else:
+                        result = await _wait_for_async(conn, step.payload, step.timeout)
+                except psycopg.Error as exc:
+                    step = op.throw(self.translate(exc))
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if listening and not conn.closed:
+                await conn.execute(_UNLISTEN)
+
+    def _execute(self, conn: psycopg.Connection[Any], step: Execute) -> Any:
+        cur = conn.cursor(row_factory=dict_row) if step.rows == "dict" else conn.cursor()
+        with cur:
+            cur.execute(self.queries[step.query], step.params)
+            if step.fetch == "all":
+                return cur.fetchall()
+            if step.fetch == "one":
+                return cur.fetchone()
+            return cur.rowcount
+
+    async def _execute_async(self, conn: psycopg.AsyncConnection[Any], step: Execute) -> Any:
+        cur = conn.cursor(row_factory=dict_row) if step.rows == "dict" else conn.cursor()
+        async with cur:
+            await cur.execute(self.queries[step.query], step.params)
+            if step.fetch == "all":
+                return await cur.fetchall()
+            if step.fetch == "one":
+                return await cur.fetchone()
+            return cur.rowcount

@@ -1,0 +1,128 @@
+"""Exceptions raised by pgqueue.
+
+Input errors are ``ValueError``/``TypeError`` subclasses and are raised before
+anything is written. Connection and schema problems have their own classes so
+callers can tell "fix your input" from "fix your database".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class PgQueueError(Exception):
+    """Base class of every pgqueue exception."""
+
+
+# --- bad input -------------------------------------------------------------
+
+
+class InvalidInput(PgQueueError, ValueError):
+    """An argument was rejected; nothing was written."""
+
+
+class InvalidName(InvalidInput):
+    """A queue, task, schema or schedule name is empty or has forbidden characters."""
+
+
+class InvalidPayload(InvalidInput):
+    """A payload is not a JSON object, not serialisable, or too large."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """A payload's JSON encoding exceeds the App's ``max_payload_bytes``."""
+
+
+class InvalidDuration(InvalidInput):
+    """A duration or time could not be parsed or is out of range."""
+
+
+class InvalidCron(InvalidInput):
+    """A cron expression is not valid (5 or 6 fields)."""
+
+
+class InvalidTimezone(InvalidInput):
+    """A time zone is not a known IANA name."""
+
+
+class InvalidOption(InvalidInput, TypeError):
+    """An option has the wrong type or an impossible combination of values."""
+
+
+# --- state -----------------------------------------------------------------
+
+
+class JobNotFound(PgQueueError, LookupError):
+    """No job with this id exists (neither live nor archived)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} does not exist")
+        self.job_id = job_id
+
+
+class InvalidJobState(PgQueueError):
+    """The operation does not apply to the job in its current status."""
+
+
+class DuplicateJob(InvalidJobState):
+    """A live job with the same (queue, dedup_key) prevents the operation."""
+
+
+class LeaseLost(PgQueueError):
+    """The lease was reaped and possibly re-leased: this holder may not finish the job.
+
+    ``job_ids`` lists the jobs whose leases were lost; nothing was changed for them.
+    """
+
+    def __init__(self, job_ids: Sequence[int]) -> None:
+        ids = ", ".join(str(i) for i in job_ids)
+        super().__init__(
+            f"lease lost for job {ids}: the lease expired and the job was reclaimed; "
+            "this attempt's outcome was not recorded"
+        )
+        self.job_ids = list(job_ids)
+
+
+class JobFailed(PgQueueError):
+    """``result()`` of a job that ended dead; carries its last error."""
+
+    def __init__(self, job_id: int, status: str, last_error: str | None) -> None:
+        super().__init__(f"job {job_id} ended {status}: {last_error or 'no error recorded'}")
+        self.job_id = job_id
+        self.status = status
+        self.last_error = last_error
+
+
+class JobCancelled(JobFailed):
+    """``result()`` of a job that was cancelled."""
+
+
+class ResultTimeout(PgQueueError, TimeoutError):
+    """``result(timeout=...)`` gave up before the job finished."""
+
+
+class ScheduleNotFound(PgQueueError, LookupError):
+    """No schedule with this name exists."""
+
+
+class DuplicateSchedule(InvalidInput):
+    """A schedule with this name already exists (use replace)."""
+
+
+# --- database --------------------------------------------------------------
+
+
+class DatabaseError(PgQueueError):
+    """PostgreSQL could not be used as required."""
+
+
+class ConnectionFailed(DatabaseError, ConnectionError):
+    """PostgreSQL could not be reached, refused the credentials, or went away."""
+
+
+class SchemaNotMigrated(DatabaseError):
+    """The pgqueue schema is missing or older than this version of pgqueue."""
+
+
+class PoolExhausted(ConnectionFailed):
+    """Every connection of the pool stayed busy for the whole wait timeout."""

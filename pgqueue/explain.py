@@ -1,0 +1,140 @@
+"""Plain-words explanation of a job's state (no I/O: the facts come in as rows)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+
+def fmt_time(value: datetime | None) -> str:
+    if value is None:
+        return "?"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_span(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{int(seconds // size)}{unit}")
+            seconds %= size
+    if seconds >= 1 and len(parts) < 2:
+        parts.append(f"{int(seconds)}s")
+    return " ".join(parts) or "0s"
+
+
+def _attempts(row: dict[str, Any]) -> str:
+    n = row["attempts"]
+    return f"{n} attempt{'s' if n != 1 else ''}"
+
+
+def explain_job(
+    row: dict[str, Any], context: dict[str, Any], last_attempt: dict[str, Any] | None
+) -> str:
+    """Why the job in ``row`` (a ``job_get`` row) is where it is.
+
+    ``context`` is a ``job_wait_context`` row for live jobs; ``last_attempt``
+    the latest attempt of dead and cancelled jobs.
+    """
+    now: datetime = row["db_now"]
+    status = row["status"]
+    prefix = "archived; " if row["archived"] else ""
+    job = f"job {row['id']} ({row['task']}, queue {row['queue']!r})"
+
+    if status == "succeeded":
+        return (
+            f"{prefix}{job} succeeded at {fmt_time(row['finished_at'])} after "
+            f"{_attempts(row)}, on worker {row['worker_id'] or '?'}"
+        )
+    if status == "dead":
+        why = (
+            "a permanent error" if row["attempts"] < row["max_attempts"] else "its attempts ran out"
+        )
+        if (
+            last_attempt
+            and last_attempt["outcome"] == "lease_expired"
+            and row["attempts"] >= row["max_attempts"]
+        ):
+            why = "its last lease expired and its attempts ran out"
+        return (
+            f"{prefix}{job} is dead after {_attempts(row)} of {row['max_attempts']} "
+            f"({why}): last error {row['last_error'] or 'none recorded'}; "
+            f"requeue it with `pgqueue dlq requeue {row['id']}`"
+        )
+    if status == "cancelled":
+        during = ""
+        if last_attempt and last_attempt["outcome"] == "cancelled":
+            attempt, worker = last_attempt["attempt"], last_attempt["worker_id"]
+            during = f" while attempt {attempt} ran on worker {worker}"
+        return f"{prefix}{job} was cancelled at {fmt_time(row['finished_at'])}{during}"
+
+    if status == "running":
+        lines = [
+            f"{job} is running on worker {row['worker_id']}"
+            + (f" ({context['worker_host']})" if context.get("worker_host") else "")
+            + f", attempt {row['attempts']} of {row['max_attempts']}, "
+            f"lease until {fmt_time(row['lease_expires_at'])}"
+        ]
+        expires: datetime | None = row["lease_expires_at"]
+        if expires is not None and expires < now:
+            lines.append(
+                f"its lease expired {fmt_span((now - expires).total_seconds())} ago: "
+                "the reaper will count the attempt as failed and retry the job"
+            )
+        beat = context.get("worker_heartbeat_at")
+        if beat is not None and (now - beat).total_seconds() > 60:
+            lines.append(
+                f"worker {row['worker_id']} last sent a heartbeat "
+                f"{fmt_span((now - beat).total_seconds())} ago"
+            )
+        if row["cancel_requested"]:
+            lines.append("a cancel was requested: it ends cancelled when this attempt ends")
+        return "; ".join(lines)
+
+    retry = ""
+    if row["attempts"] > 0:
+        retry = (
+            f" (retry {row['attempts'] + 1} of {row['max_attempts']} after: "
+            f"{row['last_error'] or 'an error'})"
+        )
+    if status == "scheduled":
+        return (
+            f"{job} is scheduled for {fmt_time(row['run_at'])}, in "
+            f"{fmt_span((row['run_at'] - now).total_seconds())}{retry}"
+        )
+
+    waits = []
+    if context.get("paused"):
+        waits.append(
+            f"queue {row['queue']!r} is paused (resume it with "
+            f"`pgqueue queue resume {row['queue']}`)"
+        )
+    if context.get("serial_blocker_id") is not None:
+        waits.append(
+            f"waiting behind job {context['serial_blocker_id']} "
+            f"({context['serial_blocker_status']}) with the same serial key "
+            f"{row['serial_key']!r}"
+        )
+    limit = context.get("concurrency_limit")
+    if limit is not None and context.get("running_in_queue", 0) >= limit:
+        waits.append(f"queue at its concurrency limit {context['running_in_queue']}/{limit}")
+    rate = context.get("rate_limit")
+    if rate is not None and context.get("leases_in_window", 0) >= rate:
+        waits.append(
+            f"rate limit: {context['leases_in_window']}/{rate} leases in the window, "
+            f"next slot at {fmt_time(context.get('rate_next_slot'))}"
+        )
+    if not waits:
+        ahead = context.get("jobs_ahead") or 0
+        count = ahead if ahead < 10000 else "over 10000"
+        where = (
+            "next in line" if ahead == 0 else f"{count} job{'s' if ahead != 1 else ''} ahead of it"
+        )
+        waits.append(
+            f"ready since {fmt_time(row['run_at'])}, {where} in queue {row['queue']!r}, "
+            "waiting for a free worker"
+        )
+    return f"{job} is queued{retry}: " + "; ".join(waits)

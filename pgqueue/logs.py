@@ -1,0 +1,55 @@
+"""structlog setup for the worker and the CLI: console lines on a TTY, JSON otherwise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+
+from pgqueue.errors import InvalidOption
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Send pgqueue's (and psycopg's) logs to ``stream`` (stderr) at ``level``,
+    rendered for humans (``console``) or machines (``json``); ``auto`` picks
+    console on a TTY."""
+    out = stream or sys.stderr
+    if level.lower() not in LEVELS:
+        raise InvalidOption(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
+    number = LEVELS[level.lower()]
+    console = fmt == "console" or (fmt == "auto" and out.isatty())
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer(colors=out.isatty())
+        if console
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            *([] if console else [structlog.processors.format_exc_info]),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=structlog.PrintLoggerFactory(out),
+        cache_logger_on_first_use=True,
+    )
+    # Libraries that log through the standard library (psycopg_pool) go to the same stream.
+    logging.basicConfig(
+        stream=out,
+        level=max(number, logging.WARNING),
+        format="%(levelname)s %(name)s: %(message)s",
+        force=True,
+    )

@@ -1,0 +1,98 @@
+"""Schema migrations through Alembic; the revisions run the SQL in ``sql/migrations``.
+
+``upgrade`` is safe to run concurrently (an advisory lock per schema) and
+idempotent; ``upgrade(..., sql=True)`` writes the SQL for a DBA instead.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import TextIO
+
+from pgqueue import validation
+from pgqueue._resources import migrations_dir, sql_dir
+from pgqueue.config import resolve_dsn
+from pgqueue.queries import render
+
+__all__ = ["current", "downgrade", "render_migration", "upgrade"]
+
+
+def _config(dsn: str | None, schema: str, output: TextIO | None = None):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config(stdout=output or sys.stdout, output_buffer=output or sys.stdout)
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.attributes["schema"] = validation.schema_name(schema)
+    cfg.attributes["dsn"] = resolve_dsn(dsn)
+    return cfg
+
+
+def upgrade(
+    dsn: str | None = None,
+    schema: str = "pgqueue",
+    revision: str = "head",
+    *,
+    sql: bool = False,
+    output: TextIO | None = None,
+) -> str | None:
+    """Bring ``schema`` to ``revision``. With ``sql=True`` write the SQL to
+    ``output`` (default stdout) instead of running it, and return it."""
+    from alembic import command
+
+    if sql:
+        buffer = io.StringIO()
+        command.upgrade(_config(dsn, schema, buffer), revision, sql=True)
+        text = buffer.getvalue()
+        (output or sys.stdout).write(text)
+        return text
+    command.upgrade(_config(dsn, schema, output), revision)
+    return None
+
+
+def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "base") -> None:
+    """Take ``schema`` down to ``revision`` (``base``: remove every pgqueue object)."""
+    from alembic import command
+
+    command.downgrade(_config(dsn, schema), revision)
+
+
+def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
+    """The schema's revision, or None when it was never migrated."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    validation.schema_name(schema)
+    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
+        try:
+            row = conn.execute(
+                pgsql.SQL("SELECT version_num FROM {}.alembic_version").format(
+                    pgsql.Identifier(schema)
+                )
+            ).fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return None
+    return row[0] if row else None
+
+
+def render_migration(filename: str, schema: str) -> str:
+    """The SQL of ``sql/migrations/<filename>`` for ``schema``."""
+    path = sql_dir() / "migrations" / filename
+    return render(path.read_text(encoding="utf-8"), validation.schema_name(schema))
+
+
+def run_migration_file(filename: str) -> None:
+    """Run one SQL migration file from inside an Alembic revision.
+
+    Online, the text goes to the driver as is (it holds ``%`` in plpgsql
+    format strings that SQLAlchemy or a parameter parser would mangle);
+    offline (``--sql``), it is written out.
+    """
+    from alembic import context, op
+
+    schema = context.config.attributes["schema"]
+    text = render_migration(filename, schema)
+    if context.is_offline_mode():
+        op.get_context().impl.static_output(text.strip() + "\n")
+    else:
+        op.get_bind().connection.driver_connection.execute(text)  # type: ignore[union-attr]

@@ -1,0 +1,146 @@
+"""Public data types returned and accepted by the API."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+
+class JobStatus(enum.StrEnum):
+    """Status of a job as users see it (``scheduled`` = queued with a future run_at)."""
+
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """True for succeeded, dead and cancelled."""
+        return self in _FINAL
+
+
+_FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED})
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended (``running`` while it runs)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRY = "retry"
+    TIMEOUT = "timeout"
+    LEASE_EXPIRED = "lease_expired"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+
+
+class Enqueued(NamedTuple):
+    """Result of an enqueue: the job id and whether a new job was created
+    (``False``: a live job with the same dedup key exists and this is its id)."""
+
+    job_id: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job for :meth:`pgqueue.App.enqueue_many`; ``None`` fields take the
+    task's defaults (or the queue's)."""
+
+    task: str
+    payload: dict[str, Any] | None = None
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    max_attempts: int | None = None
+    dedup_key: str | None = None
+    serial_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a job (items of :attr:`Job.attempt_history`, oldest first)."""
+
+    attempt: int
+    attempt_id: int
+    worker_id: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: AttemptOutcome
+    error_code: str | None
+    error_message: str | None
+    traceback: str | None
+    latency_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored (live or archived)."""
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    status: JobStatus
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    dedup_key: str | None
+    serial_key: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    result: Any
+    attempt_history: list[Attempt] | None = field(default=None)
+
+
+@dataclass(slots=True)
+class LeasedJob:
+    """A job leased by a consumer; present it to ack/fail/nack/extend.
+
+    ``attempt_id`` is the fencing token: once the lease is reaped and the job
+    leased again, this object can no longer finish the job.
+    """
+
+    job_id: int
+    attempt_id: int
+    attempt: int
+    task: str
+    queue: str
+    payload: dict[str, Any]
+    lease_expires_at: datetime
+    lease_seconds: int = 60
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMetrics:
+    """Counts for one queue (``succeeded``: finished in the last hour; the
+    others: what the live table holds now)."""
+
+    queued: int
+    scheduled: int
+    running: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    oldest_ready_age_seconds: float | None
+    paused: bool
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of :meth:`pgqueue.App.list_jobs`; pass ``next_cursor`` back for
+    the next page (``None`` on the last page)."""
+
+    jobs: list[Job]
+    next_cursor: str | None

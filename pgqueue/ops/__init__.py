@@ -1,0 +1,84 @@
+"""Operations written once, free of I/O.
+
+An operation is a generator that yields :class:`Execute` (or LISTEN/wait)
+steps and receives their results; :mod:`pgqueue.database` drives it on a sync
+or an async connection. That is how every public method and its ``_async``
+twin share one body (the pattern psycopg uses internally).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from pgqueue.queries import Queries, QueryName, channel_for
+
+T = TypeVar("T")
+
+Fetch = Literal["all", "one", "none"]
+Rows = Literal["tuple", "dict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    """Run one named statement; the result is a list of rows, one row (or
+    None) for ``fetch="one"``, or the row count for ``fetch="none"``."""
+
+    query: QueryName
+    params: Mapping[str, Any] = field(default_factory=dict)
+    fetch: Fetch = "all"
+    rows: Rows = "tuple"
+
+
+@dataclass(frozen=True, slots=True)
+class Listen:
+    """LISTEN on the schema's channel (undone when the operation ends)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitNotify:
+    """Wait up to ``timeout`` seconds for the notification ``payload``; the
+    result is True when it came, False on timeout."""
+
+    timeout: float
+    payload: str
+
+
+Step = Execute | Listen | WaitNotify
+Op = Generator[Step, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDefaults:
+    """What a registered task contributes to jobs enqueued under its name."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 5
+    lease_seconds: int = 60
+    backoff: list[float] | None = None  # None: the default Backoff
+
+
+DEFAULT_TASK = TaskDefaults()
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    """What operations need to know about their App."""
+
+    schema: str
+    queries: Queries
+    max_payload_bytes: int
+    max_result_bytes: int
+    task_defaults: Callable[[str], TaskDefaults]
+    clock: Callable[[], datetime | None]
+
+    @property
+    def channel(self) -> str:
+        return channel_for(self.schema)
+
+
+def no_defaults(_: str) -> TaskDefaults:
+    return DEFAULT_TASK

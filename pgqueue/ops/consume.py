@@ -1,0 +1,243 @@
+"""The consumer side: lease, ack, fail, nack, extend, with attempt-id fencing."""
+
+from __future__ import annotations
+
+import traceback as tb
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption, LeaseLost
+from pgqueue.models import AttemptOutcome, LeasedJob
+from pgqueue.ops import Execute, Op, OpContext
+
+MAX_ERROR_MESSAGE = 4000
+MAX_TRACEBACK = 32000
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt to record (the worker batches these)."""
+
+    job_id: int
+    attempt_id: int
+    outcome: AttemptOutcome
+    error_code: str
+    error_message: str
+    traceback: str | None = None
+    retry_at: datetime | None = None
+    retry_delay: float | None = None
+    permanent: bool = False
+
+
+def describe_error(error: BaseException | str) -> tuple[str, str, str | None]:
+    """(error code, message, traceback) of an exception or a plain message."""
+    if isinstance(error, str):
+        return "error", error[:MAX_ERROR_MESSAGE], None
+    code = type(error).__name__
+    message = str(error)[:MAX_ERROR_MESSAGE] or code
+    trace = None
+    if error.__traceback__ is not None:
+        trace = "".join(tb.format_exception(error))[-MAX_TRACEBACK:]
+    return code, message, trace
+
+
+def lease(
+    ctx: OpContext,
+    queues: str | Sequence[str] | None,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float | None = None,
+) -> Op[list[LeasedJob]]:
+    """Lease up to ``limit`` jobs from ``queues`` (None: every queue)."""
+    names = None
+    if queues is not None:
+        names = [
+            validation.queue_name(q) for q in ([queues] if isinstance(queues, str) else queues)
+        ]
+    validation.positive_int("max", limit, 100_000)
+    seconds = None
+    if lease_seconds is not None:
+        seconds = max(
+            1, round(validation.seconds("lease_seconds", lease_seconds, allow_zero=False))
+        )
+    if not isinstance(worker_id, str) or not worker_id:
+        raise InvalidOption("worker_id must be a non-empty string")
+    return _lease(ctx, names, worker_id, limit, seconds)
+
+
+def _lease(
+    ctx: OpContext, queues: list[str] | None, worker_id: str, limit: int, seconds: int | None
+) -> Op[list[LeasedJob]]:
+    rows = yield Execute(
+        "job_lease",
+        {
+            "queues": queues,
+            "worker_id": worker_id,
+            "limit": limit,
+            "lease_seconds": seconds,
+            "now": ctx.clock(),
+        },
+    )
+    return [LeasedJob(*row) for row in rows]
+
+
+def ack_many(
+    ctx: OpContext, leased: Sequence[LeasedJob], results: Sequence[str | None] | None = None
+) -> Op[None]:
+    """Finish jobs successfully; raises LeaseLost naming those whose lease was lost
+    (the others are acked). ``results`` are JSON texts (or None), one per job."""
+    return ack_ids(
+        ctx,
+        [j.job_id for j in leased],
+        [j.attempt_id for j in leased],
+        list(results) if results is not None else [None] * len(leased),
+    )
+
+
+def ack_ids(
+    ctx: OpContext, job_ids: list[int], attempt_ids: list[int], results: list[str | None]
+) -> Op[None]:
+    """:func:`ack_many` on parallel lists, as the worker's completer keeps them."""
+    if not job_ids:
+        return
+    rows = yield Execute(
+        "job_ack_many",
+        {"job_ids": job_ids, "attempt_ids": attempt_ids, "results": results, "now": ctx.clock()},
+    )
+    if len(rows) != len(job_ids):
+        held = {r[0] for r in rows}
+        raise LeaseLost([i for i in job_ids if i not in held])
+
+
+def fail_many(ctx: OpContext, failures: Sequence[Failure]) -> Op[dict[int, str]]:
+    """Record failed attempts; returns {job_id: new status} of those that held
+    their lease and raises LeaseLost for the others after recording the rest."""
+    return _fail(ctx, list(failures))
+
+
+def _fail(ctx: OpContext, failures: list[Failure]) -> Op[dict[int, str]]:
+    if not failures:
+        return {}
+    rows = yield Execute(
+        "job_fail_many",
+        {
+            "job_ids": [f.job_id for f in failures],
+            "attempt_ids": [f.attempt_id for f in failures],
+            "outcomes": [f.outcome.value for f in failures],
+            "retry_ats": [f.retry_at for f in failures],
+            "retry_delays": [f.retry_delay for f in failures],
+            "permanent": [f.permanent for f in failures],
+            "error_codes": [f.error_code for f in failures],
+            "error_messages": [f.error_message for f in failures],
+            "tracebacks": [f.traceback for f in failures],
+            "now": ctx.clock(),
+        },
+    )
+    statuses = {job_id: status for job_id, status in rows}
+    if len(statuses) != len(failures):
+        raise LeaseLost([f.job_id for f in failures if f.job_id not in statuses])
+    return statuses
+
+
+def fail(
+    ctx: OpContext,
+    leased: LeasedJob,
+    error: BaseException | str,
+    retry_at: datetime | None = None,
+    permanent: bool = False,
+) -> Op[str]:
+    """Record a failed attempt: retried (at ``retry_at`` or after the job's
+    backoff), or dead when permanent or out of attempts. Returns the new status."""
+    if not isinstance(error, BaseException | str):
+        raise InvalidOption("error must be an exception or a string")
+    code, message, trace = describe_error(error)
+    failure = Failure(
+        leased.job_id,
+        leased.attempt_id,
+        AttemptOutcome.FAILED,
+        code,
+        message,
+        trace,
+        validation.aware("retry_at", retry_at) if retry_at is not None else None,
+        permanent=bool(permanent),
+    )
+    return _single_status(_fail(ctx, [failure]), leased.job_id)
+
+
+def _single_status(op: Op[dict[int, str]], job_id: int) -> Op[str]:
+    statuses = yield from op
+    return statuses[job_id]
+
+
+def nack_many(ctx: OpContext, leased: Sequence[LeasedJob]) -> Op[None]:
+    """Hand jobs back unrun (not counted toward max_attempts)."""
+    return _nack(ctx, [j.job_id for j in leased], [j.attempt_id for j in leased])
+
+
+def _nack(ctx: OpContext, job_ids: list[int], attempt_ids: list[int]) -> Op[None]:
+    if not job_ids:
+        return
+    rows = yield Execute(
+        "job_nack_many", {"job_ids": job_ids, "attempt_ids": attempt_ids, "now": ctx.clock()}
+    )
+    if len(rows) != len(job_ids):
+        held = {r[0] for r in rows}
+        raise LeaseLost([i for i in job_ids if i not in held])
+
+
+def extend_many(ctx: OpContext, leases: Sequence[tuple[int, int, float]]) -> Op[dict[int, bool]]:
+    """Extend leases given as (job_id, attempt_id, seconds). Returns
+    {job_id: cancel_requested} for those still held; missing ids lost their lease."""
+    return _extend(ctx, list(leases))
+
+
+def _extend(ctx: OpContext, leases: list[tuple[int, int, float]]) -> Op[dict[int, bool]]:
+    if not leases:
+        return {}
+    rows = yield Execute(
+        "job_extend_many",
+        {
+            "job_ids": [x[0] for x in leases],
+            "attempt_ids": [x[1] for x in leases],
+            "seconds": [float(x[2]) for x in leases],
+            "now": ctx.clock(),
+        },
+    )
+    return {job_id: cancel for job_id, cancel in rows}
+
+
+def extend(ctx: OpContext, leased: LeasedJob, seconds: float) -> Op[bool]:
+    """Extend one lease to now + seconds; False when the lease is lost."""
+    wait = validation.seconds("seconds", seconds, allow_zero=False)
+    return _held(_extend(ctx, [(leased.job_id, leased.attempt_id, wait)]), leased.job_id)
+
+
+def _held(op: Op[dict[int, bool]], job_id: int) -> Op[bool]:
+    held = yield from op
+    return job_id in held
+
+
+def cancel_flags(
+    ctx: OpContext, running: Sequence[tuple[int, int]]
+) -> Op[list[tuple[int, bool, bool]]]:
+    """(job_id, cancel_requested, lease_held) for running (job_id, attempt_id) pairs."""
+    return _cancel_flags(list(running))
+
+
+def _cancel_flags(running: list[tuple[int, int]]) -> Op[list[tuple[int, bool, bool]]]:
+    if not running:
+        return []
+    rows: list[Any] = yield Execute(
+        "job_cancel_flags",
+        {"job_ids": [r[0] for r in running], "attempt_ids": [r[1] for r in running]},
+    )
+    return [(job_id, bool(cancel), bool(held)) for job_id, cancel, held in rows]
+
+
+def next_due() -> Op[float | None]:
+    """Seconds until the earliest scheduled job becomes due (None: none scheduled)."""
+    row = yield Execute("job_next_due", fetch="one")
+    return row[0] if row else None

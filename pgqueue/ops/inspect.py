@@ -1,0 +1,222 @@
+"""Reading jobs and queues: get, list, metrics, explain, result."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption, JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from pgqueue.explain import explain_job
+from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics
+from pgqueue.ops import Execute, Listen, Op, WaitNotify
+
+_JOB_FIELDS = (
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "priority",
+    "status",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "dedup_key",
+    "serial_key",
+    "created_at",
+    "finished_at",
+    "last_error",
+    "result",
+)
+
+
+def job_from_row(row: dict[str, Any], history: list[Attempt] | None = None) -> Job:
+    values = {k: row[k] for k in _JOB_FIELDS}
+    values["status"] = JobStatus(values["status"])
+    return Job(**values, attempt_history=history)
+
+
+def attempt_from_row(row: dict[str, Any]) -> Attempt:
+    return Attempt(**{**row, "outcome": AttemptOutcome(row["outcome"])})
+
+
+def _job_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOption(f"job id must be a positive integer, got {value!r}")
+    return value
+
+
+def get_job(job_id: int, history: bool = False) -> Op[Job]:
+    """One job (live or archived), with its attempts when ``history``."""
+    return _get_job(_job_id(job_id), history)
+
+
+def _get_job(job_id: int, history: bool) -> Op[Job]:
+    row = yield Execute("job_get", {"job_id": job_id}, fetch="one", rows="dict")
+    if row is None:
+        raise JobNotFound(job_id)
+    attempts = None
+    if history:
+        rows = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")
+        attempts = [attempt_from_row(r) for r in rows]
+    return job_from_row(row, attempts)
+
+
+_STORED = {
+    "queued": (["queued", "scheduled"], True),
+    "scheduled": (["queued", "scheduled"], False),
+    "running": (["running"], None),
+    "succeeded": (["succeeded"], None),
+    "dead": (["dead"], None),
+    "cancelled": (["cancelled"], None),
+}
+
+
+def encode_cursor(job_id: int) -> str:
+    return base64.urlsafe_b64encode(f"id:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, value = text.partition(":")
+        if kind != "id":
+            raise ValueError(kind)
+        return int(value)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidOption(
+            f"invalid cursor {cursor!r}: pass a next_cursor from list_jobs"
+        ) from None
+
+
+def list_jobs(
+    queue: str | None = None,
+    status: str | JobStatus | None = None,
+    task: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Op[Page]:
+    """A page of jobs, newest first; pass ``next_cursor`` for the next page."""
+    stored, due = None, None
+    if status is not None:
+        key = status.value if isinstance(status, JobStatus) else str(status)
+        if key not in _STORED:
+            raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
+        stored, due = _STORED[key]
+    params = {
+        "queue": validation.queue_name(queue) if queue is not None else None,
+        "task": validation.task_name(task) if task is not None else None,
+        "stored_statuses": stored,
+        "due": due,
+        "before_id": decode_cursor(cursor) if cursor else None,
+        "limit": validation.positive_int("limit", limit, 10_000) + 1,
+    }
+    return _list_jobs(params, limit)
+
+
+def _list_jobs(params: dict[str, Any], limit: int) -> Op[Page]:
+    rows = yield Execute("job_list", params, rows="dict")
+    jobs = [job_from_row(r) for r in rows[:limit]]
+    return Page(jobs, encode_cursor(jobs[-1].id) if len(rows) > limit else None)
+
+
+def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
+    if limit is None or period_seconds is None:
+        return None
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if period_seconds >= size and period_seconds % size == 0:
+            return f"{limit}/{int(period_seconds // size)}{unit}"
+    return f"{limit}/{period_seconds:g}s"
+
+
+def metrics(queue: str | None = None) -> Op[dict[str, QueueMetrics]]:
+    """Per-queue counts, keyed by queue name."""
+    return _metrics(validation.queue_name(queue) if queue is not None else None)
+
+
+def _metrics(queue: str | None) -> Op[dict[str, QueueMetrics]]:
+    rows = yield Execute("queue_metrics", {"queue": queue}, rows="dict")
+    return {
+        r["queue"]: QueueMetrics(
+            queued=r["queued"],
+            scheduled=r["scheduled"],
+            running=r["running"],
+            succeeded=r["succeeded"],
+            dead=r["dead"],
+            cancelled=r["cancelled"],
+            oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
+            paused=r["paused"],
+            concurrency_limit=r["concurrency_limit"],
+            rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
+        )
+        for r in rows
+    }
+
+
+def explain(job_id: int) -> Op[str]:
+    """Why a job is where it is, in plain words."""
+    return _explain(_job_id(job_id))
+
+
+def _explain(job_id: int) -> Op[str]:
+    row = yield Execute("job_get", {"job_id": job_id}, fetch="one", rows="dict")
+    if row is None:
+        raise JobNotFound(job_id)
+    context: dict[str, Any] = {}
+    if row["stored_status"] in ("queued", "scheduled", "running") and not row["archived"]:
+        context = (
+            yield Execute("job_wait_context", {"job_id": job_id}, fetch="one", rows="dict")
+        ) or {}
+    last_attempt = None
+    if row["stored_status"] in ("dead", "cancelled"):
+        history = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")
+        last_attempt = history[-1] if history else None
+    return explain_job(row, context, last_attempt)
+
+
+def result(
+    job_id: int,
+    timeout: float | None = None,
+    poll_interval: float = 1.0,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Op[Any]:
+    """Wait for a job to finish and return its stored result; raise JobFailed
+    (dead) or JobCancelled, or ResultTimeout after ``timeout`` seconds."""
+    _job_id(job_id)
+    if timeout is not None:
+        validation.seconds("timeout", timeout)
+    return _result(job_id, timeout, poll_interval, monotonic)
+
+
+def _finished(job_id: int, row: Any) -> tuple[bool, Any]:
+    status, value, last_error = row
+    if status == "succeeded":
+        return True, value
+    if status == "dead":
+        raise JobFailed(job_id, status, last_error)
+    if status == "cancelled":
+        raise JobCancelled(job_id, status, last_error)
+    return False, None
+
+
+def _result(
+    job_id: int, timeout: float | None, poll: float, monotonic: Callable[[], float]
+) -> Op[Any]:
+    deadline = None if timeout is None else monotonic() + timeout
+    yield Listen()
+    while True:
+        # Flag first, then read in a new statement: a finish that commits in
+        # between either sees the flag (and notifies) or is seen by the read.
+        yield Execute("job_watch_finish", {"job_id": job_id}, fetch="one")
+        row = yield Execute("job_result", {"job_id": job_id}, fetch="one")
+        if row is None:
+            raise JobNotFound(job_id)
+        done, value = _finished(job_id, row)
+        if done:
+            return value
+        remaining = poll if deadline is None else min(poll, deadline - monotonic())
+        if remaining <= 0:
+            raise ResultTimeout(f"job {job_id} did not finish within {timeout:g}s")
+        yield WaitNotify(remaining, f"f:{job_id}")

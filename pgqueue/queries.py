@@ -1,0 +1,123 @@
+"""Named SQL statements loaded from ``sql/queries/*.sql``.
+
+A file holds statements under ``-- name: <noun_verb>`` headers. The schema name
+and NOTIFY channel are substituted once per schema (quoted by psycopg) and
+cached; parameters are always passed separately as ``%(name)s``. Every name in
+:data:`QueryName` must exist in the files, checked at import, so a typo in a
+query name fails in mypy or at import rather than at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Literal, get_args
+
+from psycopg import sql
+
+from pgqueue._resources import sql_dir
+
+QueryName = Literal[
+    "job_enqueue_batch",
+    "job_lease",
+    "job_ack_many",
+    "job_fail_many",
+    "job_nack_many",
+    "job_extend_many",
+    "job_cancel_flags",
+    "job_next_due",
+    "job_watch_finish",
+    "job_result",
+    "job_get",
+    "job_attempt_history",
+    "job_list",
+    "job_cancel",
+    "job_status",
+    "job_replay",
+    "job_requeue_dead",
+    "queue_metrics",
+    "job_wait_context",
+    "queue_set_paused",
+    "queue_set_limits",
+    "job_reap_expired",
+    "job_archive_batch",
+    "job_archive_count",
+    "attempt_prune_batch",
+    "archive_prune_batch",
+    "prune_count",
+    "table_stats",
+    "worker_register",
+    "worker_heartbeat",
+    "worker_deregister",
+    "worker_list",
+    "worker_prune_stale",
+]
+
+_HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)
+
+
+def channel_for(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema."""
+    return f"pgqueue.{schema}"
+
+
+def _parse(text: str) -> dict[str, str]:
+    """Split one file into {name: statement}; the text before the first header is a preamble."""
+    matches = list(_HEADER.finditer(text))
+    out: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = "\n".join(
+            line for line in text[m.end() : end].strip().splitlines() if not line.startswith("--")
+        ).strip()
+        out[m.group("name")] = body.rstrip(";").strip()
+    return out
+
+
+@cache
+def _templates() -> dict[str, str]:
+    templates: dict[str, str] = {}
+    for path in sorted((sql_dir() / "queries").glob("*.sql")):
+        for name, body in _parse(path.read_text(encoding="utf-8")).items():
+            if name in templates:
+                raise RuntimeError(f"query {name!r} is defined twice (second time in {path.name})")
+            templates[name] = body
+    return templates
+
+
+def render(template: str, schema: str) -> str:
+    """Substitute the ``{schema}`` and ``{channel}`` markers with quoted values."""
+    return template.replace("{schema}", sql.Identifier(schema).as_string()).replace(
+        "{channel}", sql.Literal(channel_for(schema)).as_string()
+    )
+
+
+class Queries:
+    """The statements of one schema, rendered once."""
+
+    __slots__ = ("_rendered", "schema")
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self._rendered = {name: render(text, schema) for name, text in _templates().items()}
+
+    def __getitem__(self, name: QueryName) -> str:
+        return self._rendered[name]
+
+
+@cache
+def queries_for(schema: str) -> Queries:
+    """The cached :class:`Queries` of ``schema`` (validated by the caller)."""
+    return Queries(schema)
+
+
+def _check_names() -> None:
+    declared = set(get_args(QueryName))
+    found = set(_templates())
+    if missing := declared - found:
+        raise RuntimeError(f"queries declared in QueryName but missing in sql/queries: {missing}")
+    if extra := found - declared:
+        raise RuntimeError(f"queries in sql/queries missing from QueryName: {extra}")
+
+
+_check_names()

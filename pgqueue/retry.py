@@ -1,0 +1,62 @@
+"""Retry policy and the exceptions a task raises to steer its retries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pgqueue.errors import InvalidOption
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: attempt n waits ``min(max, base * factor**(n-1))``
+    seconds, then +/- ``jitter`` (a fraction) at random.
+
+    The delay is computed by the database (``retry_delay``) so that a worker's
+    failures and the reaper's lease expiries follow the same rule.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 3600.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.max < 0:
+            raise InvalidOption("Backoff base and max must be >= 0 seconds")
+        if self.factor < 1:
+            raise InvalidOption("Backoff factor must be >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise InvalidOption("Backoff jitter must be between 0 and 1")
+
+    def bounds(self, attempt: int) -> tuple[float, float]:
+        """The (lowest, highest) delay in seconds after failed attempt ``attempt``."""
+        raw = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
+        return max(0.0, raw * (1 - self.jitter)), raw * (1 + self.jitter)
+
+    def as_list(self) -> list[float] | None:
+        """The stored form; ``None`` for the default policy (stored as NULLs)."""
+        return None if self == DEFAULT_BACKOFF else [self.base, self.factor, self.max, self.jitter]
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+class Retry(Exception):
+    """Raise from a task to retry it after ``delay`` (seconds or timedelta).
+
+    The attempt counts toward ``max_attempts``; when they are used up the job
+    is dead-lettered instead.
+    """
+
+    def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if seconds < 0:
+            raise InvalidOption(f"Retry delay must be >= 0, got {seconds}")
+        super().__init__(reason or f"retry requested in {seconds:g}s")
+        self.delay = seconds
+
+
+class Permanent(Exception):
+    """Raise from a task to dead-letter the job at once, without retries."""

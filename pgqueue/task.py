@@ -1,0 +1,141 @@
+"""Tasks: functions registered with ``@app.task`` and how they are enqueued."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption
+from pgqueue.models import Enqueued, JobSpec
+from pgqueue.ops import TaskDefaults
+from pgqueue.ops.enqueue import enqueue_one
+from pgqueue.retry import DEFAULT_BACKOFF, Backoff
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgqueue.app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Task(Generic[P, R]):
+    """A registered task. Calling it runs the function directly; ``enqueue``
+    stores a job whose payload is the keyword arguments."""
+
+    def __init__(
+        self,
+        app: App,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: Backoff = DEFAULT_BACKOFF,
+        lease_seconds: float = 60,
+        timeout: float | timedelta | None = None,
+        pass_context: bool = False,
+    ) -> None:
+        if not isinstance(retry, Backoff):
+            raise InvalidOption("retry must be a pgqueue.Backoff")
+        self.app = app
+        self.func = func
+        self.name = validation.task_name(name or getattr(func, "__name__", ""))
+        self.queue = validation.queue_name(queue)
+        self.priority = validation.priority(priority)
+        self.max_attempts = validation.positive_int("max_attempts", max_attempts)
+        self.retry = retry
+        self.lease_seconds = max(
+            1, round(validation.seconds("lease_seconds", lease_seconds, allow_zero=False))
+        )
+        self.timeout = (
+            validation.seconds("timeout", timeout, allow_zero=False)
+            if timeout is not None
+            else None
+        )
+        self.pass_context = bool(pass_context)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.defaults = TaskDefaults(
+            queue=self.queue,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            lease_seconds=self.lease_seconds,
+            backoff=retry.as_list(),
+        )
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<pgqueue.Task {self.name!r} queue={self.queue!r}>"
+
+    def with_options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        dedup_key: str | None = None,
+        serial_key: str | None = None,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+    ) -> TaskCall:
+        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``."""
+        return TaskCall(
+            self,
+            JobSpec(
+                self.name, None, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            ),
+            conn,
+        )
+
+    def enqueue(self, **payload: Any) -> Enqueued:
+        """Enqueue a job with the task's defaults; the keyword arguments are its payload."""
+        return TaskCall(self, JobSpec(self.name), None).enqueue(**payload)
+
+    async def enqueue_async(self, **payload: Any) -> Enqueued:
+        """Async twin of :meth:`enqueue`."""
+        return await TaskCall(self, JobSpec(self.name), None).enqueue_async(**payload)
+
+
+class TaskCall:
+    """A task with per-call options; see :meth:`Task.with_options`."""
+
+    __slots__ = ("conn", "spec", "task")
+
+    def __init__(self, task: Task[Any, Any], spec: JobSpec, conn: Any) -> None:
+        self.task, self.spec, self.conn = task, spec, conn
+
+    def _spec(self, payload: dict[str, Any]) -> JobSpec:
+        s = self.spec
+        return JobSpec(
+            s.task,
+            payload,
+            s.queue,
+            s.priority,
+            s.run_at,
+            s.delay,
+            s.max_attempts,
+            s.dedup_key,
+            s.serial_key,
+        )
+
+    def enqueue(self, **payload: Any) -> Enqueued:
+        """Enqueue with these options (in ``conn``'s transaction when given)."""
+        app = self.task.app
+        return app.database.run(enqueue_one(app.op_context, self._spec(payload)), self.conn)
+
+    async def enqueue_async(self, **payload: Any) -> Enqueued:
+        """Async twin of :meth:`enqueue` (``conn`` must be an async connection)."""
+        app = self.task.app
+        return await app.database.run_async(
+            enqueue_one(app.op_context, self._spec(payload)), self.conn
+        )

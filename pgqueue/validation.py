@@ -1,0 +1,113 @@
+"""Checks of names and options, done before anything is sent to the database."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pgqueue.errors import InvalidDuration, InvalidName, InvalidOption
+
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # also checked by the SQL enqueue()
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_TASK_NAME = 255
+MAX_KEY = 1024
+SMALLINT = (-32768, 32767)
+
+
+def schema_name(name: object) -> str:
+    if not isinstance(name, str) or not SCHEMA_NAME.match(name):
+        raise InvalidName(
+            f"invalid schema name {name!r}: use 1-48 characters from a-z, 0-9 and _, "
+            "starting with a letter or _"
+        )
+    return name
+
+
+def queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise InvalidName(
+            f"invalid queue name {name!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -"
+        )
+    return name
+
+
+def task_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidName(f"invalid task name {name!r}: must be a non-empty string")
+    if len(name) > MAX_TASK_NAME or _CONTROL.search(name):
+        raise InvalidName(
+            f"invalid task name {name[:80]!r}: at most {MAX_TASK_NAME} characters, "
+            "no control characters"
+        )
+    return name
+
+
+def key(kind: str, value: object) -> str | None:
+    """A dedup or serial key: None, or 1..1024 characters without NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidOption(f"{kind} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_KEY or "\x00" in value:
+        raise InvalidOption(f"{kind} must have at most {MAX_KEY} characters and no NUL")
+    return value
+
+
+def priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"priority must be an integer, got {value!r}")
+    if not SMALLINT[0] <= value <= SMALLINT[1]:
+        raise InvalidOption(f"priority must be between {SMALLINT[0]} and {SMALLINT[1]}")
+    return value
+
+
+def positive_int(name: str, value: object, maximum: int = 2**31 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidOption(f"{name} must be an integer from 1 to {maximum}, got {value!r}")
+    return value
+
+
+def seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
+    """Seconds from a number or timedelta; finite and not negative."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidDuration(f"{name} must be a number of seconds or a timedelta, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidDuration(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return float(value)
+
+
+def aware(name: str, value: object) -> datetime:
+    """A datetime with a time zone; naive datetimes are taken as UTC."""
+    if not isinstance(value, datetime):
+        raise InvalidOption(f"{name} must be a datetime, got {value!r}")
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def run_at(when: object, delay: object) -> datetime | None:
+    """The effective run_at from run_at= or delay= (not both); None means now."""
+    if when is not None and delay is not None:
+        raise InvalidOption("give run_at or delay, not both")
+    if delay is not None:
+        wait = seconds("delay", delay)
+        return datetime.now(UTC) + timedelta(seconds=wait) if wait else None
+    return aware("run_at", when) if when is not None else None
+
+
+def payload_object(value: Any) -> dict[str, Any]:
+    from pgqueue.errors import InvalidPayload
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidPayload(f"payload must be a JSON object (a dict), got {type(value).__name__}")
+    for k in value:
+        if not isinstance(k, str):
+            raise InvalidPayload(
+                f"payload keys must be strings (they become keyword arguments), got {k!r}"
+            )
+    return value

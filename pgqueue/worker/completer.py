@@ -1,0 +1,158 @@
+"""Batched completion: acks, failures and hand-backs written in one round trip each.
+
+A completion schedules a flush on the next loop iteration, so everything that
+finishes in the same iteration (or while a flush is in flight) is written by
+one statement; a lone job is written at once, without a timer. Writes that
+fail on connection trouble are retried with backoff until they succeed: the
+fencing rules make a late or repeated write harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from pgqueue.errors import ConnectionFailed, LeaseLost
+from pgqueue.ops import Op, consume
+from pgqueue.ops.consume import Failure
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.worker.executor import Executor, RunningJob
+
+log = structlog.get_logger("pgqueue.worker")
+
+MAX_STATEMENT_ROWS = 2000
+RETRY_BACKOFF = (0.05, 5.0)
+
+
+class Completer:
+    """Buffers outcomes and writes them in batches."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.executor: Executor | None = None
+        self.ack_ids: list[int] = []
+        self.ack_attempts: list[int] = []
+        self.ack_results: list[str | None] = []
+        self.failures: list[Failure] = []
+        self.nacks: list[RunningJob] = []
+        self._flushing = False
+        self._scheduled = False
+        self._task: asyncio.Task[None] | None = None
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.loop = asyncio.get_running_loop()
+
+    def ack(self, rj: RunningJob, result: str | None) -> None:
+        self.ack_ids.append(rj.job.job_id)
+        self.ack_attempts.append(rj.job.attempt_id)
+        self.ack_results.append(result)
+        self._kick()
+
+    def fail(self, rj: RunningJob, failure: Failure) -> None:
+        self.failures.append(failure)
+        self._kick()
+
+    def nack(self, rjs: list[RunningJob]) -> None:
+        self.nacks.extend(rjs)
+        self._kick()
+
+    def pending(self) -> bool:
+        return bool(self.ack_ids or self.failures or self.nacks)
+
+    def _kick(self) -> None:
+        self.drained.clear()
+        if not self._scheduled and not self._flushing:
+            self._scheduled = True
+            self.loop.call_soon(self._start)
+
+    def _start(self) -> None:
+        self._scheduled = False
+        if not self._flushing:
+            self._flushing = True
+            self._task = self.loop.create_task(self._flush_all())
+
+    async def _flush_all(self) -> None:
+        try:
+            while self.pending():
+                ids, attempts, results = self.ack_ids, self.ack_attempts, self.ack_results
+                self.ack_ids, self.ack_attempts, self.ack_results = [], [], []
+                failures, self.failures = self.failures, []
+                nacks, self.nacks = self.nacks, []
+                for start in range(0, len(ids), MAX_STATEMENT_ROWS):
+                    end = start + MAX_STATEMENT_ROWS
+                    await self._write_acks(ids[start:end], attempts[start:end], results[start:end])
+                for start in range(0, len(failures), MAX_STATEMENT_ROWS):
+                    await self._write_failures(failures[start : start + MAX_STATEMENT_ROWS])
+                if nacks:
+                    await self._write_nacks(nacks)
+        finally:
+            self._flushing = False
+            if self.pending():
+                self._kick()
+            else:
+                self.drained.set()
+
+    async def _write_acks(
+        self, ids: list[int], attempts: list[int], results: list[str | None]
+    ) -> None:
+        ctx = self.app.op_context
+        await self._write(lambda: consume.ack_ids(ctx, ids, attempts, results), ids, "ack")
+
+    async def _write_failures(self, failures: list[Failure]) -> None:
+        ctx = self.app.op_context
+        await self._write(
+            lambda: consume.fail_many(ctx, failures), [f.job_id for f in failures], "fail"
+        )
+
+    async def _write_nacks(self, rjs: list[RunningJob]) -> None:
+        jobs = [rj.job for rj in rjs]
+        ctx = self.app.op_context
+        await self._write(lambda: consume.nack_many(ctx, jobs), [j.job_id for j in jobs], "nack")
+
+    async def _write(self, make_op: Callable[[], Op[Any]], job_ids: list[int], what: str) -> None:
+        """Run a completion statement until it gets through; a LeaseLost names
+        the jobs it could not record (the rest were)."""
+        lost: list[int] = []
+        delay = RETRY_BACKOFF[0]
+        while True:
+            try:
+                await self.app.database.run_async(make_op())
+            except LeaseLost as exc:
+                lost = exc.job_ids
+            except ConnectionFailed as exc:
+                log.warning(
+                    "could not record job outcomes; retrying",
+                    write=what,
+                    jobs=len(job_ids),
+                    error=str(exc),
+                    retry_in=delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_BACKOFF[1])
+                continue
+            break
+        self._done(job_ids, lost, what)
+
+    def _done(self, job_ids: list[int], lost: list[int], what: str) -> None:
+        if lost:
+            log.warning(
+                "outcome not recorded: lease lost (reaped, or already recorded before a "
+                "connection dropped)",
+                job_ids=lost,
+                write=what,
+            )
+        if self.executor is not None:
+            self.executor.forget(job_ids)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until everything buffered is written; False on timeout."""
+        try:
+            await asyncio.wait_for(self.drained.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

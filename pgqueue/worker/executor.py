@@ -1,0 +1,391 @@
+"""Runs leased jobs: async tasks on the event loop, sync tasks in a thread pool.
+
+Each job's outcome (return value, Retry, Permanent, other exception, timeout,
+cancel) is classified here and handed to the completer. ``running`` holds
+every job whose attempt is not yet recorded in the database (executing, or
+finished and waiting for the completer's flush): the heartbeat extends
+exactly these. ``busy`` counts occupied slots; a sync task abandoned after
+its timeout keeps its slot until its thread returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from pgqueue.context import JobContext
+from pgqueue.models import AttemptOutcome, LeasedJob
+from pgqueue.ops.consume import Failure, describe_error
+from pgqueue.payloads import encode_result
+from pgqueue.retry import Permanent, Retry
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.task import Task
+    from pgqueue.worker.completer import Completer
+
+log = structlog.get_logger("pgqueue.worker")
+
+if sys.version_info >= (3, 12):
+
+    def _start_task(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        # Eager: a task that does not await runs to completion right here,
+        # without a trip through the event loop's ready queue.
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+
+else:
+
+    def _start_task(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        return loop.create_task(coro)
+
+
+class RunningJob:
+    """A leased job from lease until its attempt is recorded."""
+
+    __slots__ = (
+        "cancel_requested",
+        "context",
+        "extend_to",
+        "handle",
+        "job",
+        "lease_deadline",
+        "lost",
+        "started",
+        "task",
+        "timed_out",
+        "timer",
+    )
+
+    def __init__(self, job: LeasedJob, task: Task[Any, Any] | None, leased_at: float) -> None:
+        self.job = job
+        self.task = task
+        self.started = time.monotonic()
+        # Measured from before the lease was requested: never later than the server's view.
+        self.lease_deadline = leased_at + job.lease_seconds
+        self.context: JobContext | None = None
+        self.handle: asyncio.Future[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timed_out = False
+        self.cancel_requested = False
+        self.lost = False
+        self.extend_to: float | None = None
+
+
+class Executor:
+    """Starts jobs and turns their endings into completions."""
+
+    def __init__(self, app: App, concurrency: int, completer: Completer) -> None:
+        self.app = app
+        self.concurrency = concurrency
+        self.completer = completer
+        self.running: dict[int, RunningJob] = {}
+        self.busy = 0
+        self.capacity = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.threads = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix="pgqueue-task"
+        )
+        self.loop = asyncio.get_running_loop()
+        self.max_result_bytes = app.max_result_bytes
+        self.heartbeat_wake: Callable[[], None] = lambda: None
+
+    def free(self) -> int:
+        return self.concurrency - self.busy
+
+    # --- start -----------------------------------------------------------------
+
+    def start(self, job: LeasedJob, leased_at: float) -> None:
+        task = self.app.tasks.get(job.task)
+        rj = RunningJob(job, task, leased_at)
+        self.running[job.job_id] = rj
+        if task is None:
+            self._record_failure(
+                rj,
+                Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.FAILED,
+                    "unknown_task",
+                    f"no task named {job.task!r} is registered in this worker",
+                    permanent=True,
+                ),
+            )
+            return
+        self.busy += 1
+        self.idle.clear()
+        kwargs: dict[str, Any] = job.payload
+        if task.pass_context:
+            rj.context = JobContext(
+                job.job_id,
+                job.attempt,
+                job.attempt_id,
+                job.queue,
+                job.task,
+                _extend=partial(self._request_extend, rj),
+            )
+            kwargs = {**kwargs, "context": rj.context}
+        if task.is_async:
+            try:
+                coro = task.func(**kwargs)
+            except BaseException as exc:
+                self._ended(rj, None, exc)
+                return
+            handle = _start_task(self.loop, coro)
+            rj.handle = handle
+            handle.add_done_callback(partial(self._async_done, rj))
+        else:
+            rj.handle = self.loop.run_in_executor(self.threads, partial(task.func, **kwargs))
+            rj.handle.add_done_callback(partial(self._sync_done, rj))
+        if task.timeout is not None:
+            rj.timer = self.loop.call_later(task.timeout, self._on_timeout, rj)
+        log.debug(
+            "job started", job_id=job.job_id, task=job.task, queue=job.queue, attempt=job.attempt
+        )
+
+    # --- endings ---------------------------------------------------------------
+
+    def _async_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
+        if handle.cancelled():
+            self._ended(rj, None, asyncio.CancelledError())
+        else:
+            exc = handle.exception()
+            self._ended(rj, None if exc is not None else handle.result(), exc)
+
+    def _sync_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
+        if rj.timed_out:  # already recorded as a timeout; now the slot is free again
+            self._release_slot()
+            return
+        if handle.cancelled():
+            self._ended(rj, None, asyncio.CancelledError())
+        else:
+            exc = handle.exception()
+            self._ended(rj, None if exc is not None else handle.result(), exc)
+
+    def _on_timeout(self, rj: RunningJob) -> None:
+        rj.timer = None
+        if rj.handle is None or rj.handle.done():
+            return
+        rj.timed_out = True
+        if rj.task is not None and rj.task.is_async:
+            rj.handle.cancel()  # _async_done records the timeout
+            return
+        # A thread cannot be stopped: record the timeout now, keep the slot
+        # busy until the function returns (see _sync_done).
+        if rj.context is not None:
+            rj.context.request_stop()
+        self._record_failure(rj, self._timeout_failure(rj))
+
+    def _timeout_failure(self, rj: RunningJob) -> Failure:
+        timeout = rj.task.timeout if rj.task is not None else None
+        return Failure(
+            rj.job.job_id,
+            rj.job.attempt_id,
+            AttemptOutcome.TIMEOUT,
+            "timeout",
+            f"task {rj.job.task!r} exceeded its timeout of {timeout:g}s",
+        )
+
+    def _ended(self, rj: RunningJob, value: Any, exc: BaseException | None) -> None:
+        if rj.timer is not None:
+            rj.timer.cancel()
+            rj.timer = None
+        self._release_slot()
+        job = rj.job
+        if rj.lost:
+            self.running.pop(job.job_id, None)
+            log.warning(
+                "job finished after its lease was lost; outcome discarded",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
+            return
+        duration_ms = round((time.monotonic() - rj.started) * 1000, 3)
+        if exc is None:
+            self.completer.ack(rj, encode_result(value, self.max_result_bytes))
+            log.info(
+                "job succeeded",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration_ms=duration_ms,
+                outcome="succeeded",
+            )
+            return
+        failure = self._classify(rj, exc)
+        self._record_failure(rj, failure, duration_ms, exc)
+
+    def _classify(self, rj: RunningJob, exc: BaseException) -> Failure:
+        job = rj.job
+        if isinstance(exc, asyncio.CancelledError):
+            if rj.timed_out:
+                return self._timeout_failure(rj)
+            if rj.cancel_requested:
+                return Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.CANCELLED,
+                    "cancelled",
+                    "cancelled while running",
+                )
+        if isinstance(exc, Retry):
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.RETRY,
+                "retry",
+                str(exc),
+                retry_delay=exc.delay,
+            )
+        code, message, trace = describe_error(exc)
+        if isinstance(exc, Permanent):
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.FAILED,
+                code,
+                message,
+                trace,
+                permanent=True,
+            )
+        if isinstance(exc, TypeError) and rj.task is not None and not _accepts(rj, job.payload):
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.FAILED,
+                "invalid_payload",
+                f"payload does not match the parameters of task {job.task!r}: {message}",
+                trace,
+                permanent=True,
+            )
+        return Failure(job.job_id, job.attempt_id, AttemptOutcome.FAILED, code, message, trace)
+
+    def _record_failure(
+        self,
+        rj: RunningJob,
+        failure: Failure,
+        duration_ms: float | None = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        job = rj.job
+        self.completer.fail(rj, failure)
+        log.warning(
+            "job failed",
+            job_id=job.job_id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+            duration_ms=duration_ms,
+            outcome=failure.outcome.value,
+            error_code=failure.error_code,
+            error=failure.error_message,
+            permanent=failure.permanent,
+        )
+
+    def _release_slot(self) -> None:
+        self.busy -= 1
+        self.capacity.set()
+        if self.busy == 0:
+            self.idle.set()
+
+    # --- requests from outside ---------------------------------------------------
+
+    def _request_extend(self, rj: RunningJob, seconds: float) -> None:
+        """JobContext.extend: may be called from a task's thread."""
+        rj.extend_to = float(seconds)
+        self.loop.call_soon_threadsafe(self.heartbeat_wake)
+
+    def cancel(self, job_id: int) -> None:
+        """A cancel was requested for a job: tell the task to stop."""
+        rj = self.running.get(job_id)
+        if rj is None or rj.cancel_requested:
+            return
+        rj.cancel_requested = True
+        if rj.context is not None:
+            rj.context.request_stop()
+        if rj.task is not None and rj.task.is_async and rj.handle is not None:
+            rj.handle.cancel()
+        log.info(
+            "cancel requested for running job",
+            job_id=job_id,
+            task=rj.job.task,
+            queue=rj.job.queue,
+            attempt=rj.job.attempt,
+        )
+
+    def lose(self, job_id: int) -> None:
+        """The lease was refused (reaped): stop treating the job as ours."""
+        rj = self.running.pop(job_id, None)
+        if rj is None:
+            return
+        rj.lost = True
+        if rj.context is not None:
+            rj.context.request_stop()
+        if (
+            rj.handle is not None
+            and not rj.handle.done()
+            and rj.task is not None
+            and rj.task.is_async
+        ):
+            rj.handle.cancel()
+        log.error(
+            "lease lost: the job was reclaimed while this worker ran it",
+            job_id=job_id,
+            task=rj.job.task,
+            queue=rj.job.queue,
+            attempt=rj.job.attempt,
+        )
+
+    def forget(self, job_ids: list[int]) -> None:
+        """The completer recorded these attempts."""
+        for job_id in job_ids:
+            self.running.pop(job_id, None)
+
+    def stop_all(self) -> None:
+        """Shutdown: every running task's ``should_stop()`` turns true."""
+        for rj in self.running.values():
+            if rj.context is not None:
+                rj.context.request_stop()
+
+    def unfinished(self) -> list[RunningJob]:
+        """Jobs still executing (not yet handed to the completer)."""
+        return [
+            rj
+            for rj in self.running.values()
+            if rj.handle is not None and not rj.handle.done() and not rj.timed_out
+        ]
+
+    def abandon(self, rjs: list[RunningJob]) -> None:
+        """Shutdown timeout: stop waiting for these; their outcomes are discarded."""
+        for rj in rjs:
+            rj.lost = True
+            self.running.pop(rj.job.job_id, None)
+            if rj.task is not None and rj.task.is_async and rj.handle is not None:
+                rj.handle.cancel()
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _accepts(rj: RunningJob, payload: dict[str, Any]) -> bool:
+    """Whether the task's signature accepts the payload (checked only after a TypeError)."""
+    assert rj.task is not None
+    kwargs = dict(payload)
+    if rj.task.pass_context:
+        kwargs["context"] = None
+    try:
+        inspect.signature(rj.task.func).bind(**kwargs)
+    except TypeError:
+        return False
+    return True

@@ -1,0 +1,142 @@
+"""Keeps leases alive and the worker registered.
+
+Every tick it extends, in one statement, the leases of running jobs that are
+past half their lease (or whose task asked via ``context.extend``), so a job
+running longer than its lease is never reaped while this worker lives. A
+refused extension means the lease was lost: the job is no longer ours.
+Without a LISTEN connection it also polls for cancel requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pgqueue.errors import DatabaseError
+from pgqueue.ops import Execute, Op, consume
+from pgqueue.worker.wakeup import wait_any
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.worker.executor import Executor, RunningJob
+    from pgqueue.worker.settings import WorkerSettings
+
+log = structlog.get_logger("pgqueue.worker")
+
+REGISTRY_INTERVAL = 5.0
+
+
+def _upsert_worker(query: str, settings: WorkerSettings) -> Op[None]:
+    yield Execute(
+        query,  # type: ignore[arg-type]
+        {
+            "worker_id": settings.worker_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(settings.queues) if settings.queues is not None else None,
+            "concurrency": settings.concurrency,
+        },
+        fetch="none",
+    )
+
+
+def _deregister(worker_id: str) -> Op[None]:
+    yield Execute("worker_deregister", {"worker_id": worker_id}, fetch="none")
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        app: App,
+        settings: WorkerSettings,
+        executor: Executor,
+        stopped: asyncio.Event,
+        listening: Callable[[], bool],
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.executor = executor
+        self.stopped = stopped
+        self.listening = listening
+        self.wake = asyncio.Event()
+        executor.heartbeat_wake = self.wake.set
+
+    async def register(self) -> None:
+        await self.app.database.run_async(_upsert_worker("worker_register", self.settings))
+
+    async def deregister(self) -> None:
+        try:
+            await self.app.database.run_async(_deregister(self.settings.worker_id))
+        except DatabaseError as exc:
+            log.warning("could not deregister worker", error=str(exc))
+
+    def _tick(self) -> float:
+        leases = [rj.job.lease_seconds for rj in self.executor.running.values()]
+        return max(0.05, min([self.settings.heartbeat_interval, *(s / 4 for s in leases)]))
+
+    async def run(self) -> None:
+        last_registry = time.monotonic()
+        while not self.stopped.is_set():
+            await wait_any(self.wake, self.stopped, timeout=self._tick())
+            self.wake.clear()
+            try:
+                await self._extend_due()
+                if not self.listening():
+                    await self._poll_cancels()
+                if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
+                    await self.app.database.run_async(
+                        _upsert_worker("worker_heartbeat", self.settings)
+                    )
+                    last_registry = time.monotonic()
+            except DatabaseError as exc:
+                log.warning("heartbeat failed; retrying", error=str(exc))
+
+    async def _extend_due(self) -> None:
+        now = time.monotonic()
+        due: list[tuple[RunningJob, float]] = []
+        for rj in self.executor.running.values():
+            if rj.lost or rj.timed_out:
+                continue
+            if rj.extend_to is not None:
+                due.append((rj, rj.extend_to))
+            elif rj.lease_deadline - now < rj.job.lease_seconds / 2:
+                due.append((rj, float(rj.job.lease_seconds)))
+        if not due:
+            return
+        sent_at = time.monotonic()
+        held = await self.app.database.run_async(
+            consume.extend_many(
+                self.app.op_context, [(rj.job.job_id, rj.job.attempt_id, s) for rj, s in due]
+            )
+        )
+        for rj, seconds in due:
+            job_id = rj.job.job_id
+            if job_id in held:
+                rj.lease_deadline = sent_at + seconds
+                rj.extend_to = None
+                if held[job_id]:
+                    self.executor.cancel(job_id)
+            elif rj.handle is not None and not rj.handle.done():
+                # Still executing, yet the database refused: the lease was reaped.
+                self.executor.lose(job_id)
+
+    async def _poll_cancels(self) -> None:
+        executing = [
+            (rj.job.job_id, rj.job.attempt_id)
+            for rj in self.executor.running.values()
+            if rj.handle is not None and not rj.handle.done() and not rj.cancel_requested
+        ]
+        if not executing:
+            return
+        flags = await self.app.database.run_async(
+            consume.cancel_flags(self.app.op_context, executing)
+        )
+        for job_id, cancel, _held in flags:
+            if cancel:
+                self.executor.cancel(job_id)

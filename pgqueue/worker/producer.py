@@ -1,0 +1,87 @@
+"""Leases jobs up to the free capacity, in one statement per round.
+
+It leases again at once while rounds come back full; otherwise it sleeps until
+a notification for one of its queues, the poll interval, or the moment the
+next scheduled job becomes due, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pgqueue.errors import DatabaseError
+from pgqueue.ops import consume
+from pgqueue.worker.wakeup import jittered, wait_any
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+    from pgqueue.worker.executor import Executor
+    from pgqueue.worker.settings import WorkerSettings
+
+log = structlog.get_logger("pgqueue.worker")
+
+ERROR_BACKOFF = (0.1, 5.0)
+
+
+class Producer:
+    def __init__(
+        self, app: App, settings: WorkerSettings, executor: Executor, stopping: asyncio.Event
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.executor = executor
+        self.stopping = stopping
+        self.wake = asyncio.Event()
+        self.queues = list(settings.queues) if settings.queues is not None else None
+        self._queue_set = set(settings.queues) if settings.queues is not None else None
+
+    def notify(self, queue: str) -> None:
+        """A notification said ``queue`` has new ready jobs (or changed settings)."""
+        if self._queue_set is None or queue in self._queue_set:
+            self.wake.set()
+
+    async def run(self) -> None:
+        ctx = self.app.op_context
+        db = self.app.database
+        executor = self.executor
+        batch_size = self.settings.batch_size
+        worker_id = self.settings.worker_id
+        delay = ERROR_BACKOFF[0]
+        while not self.stopping.is_set():
+            free = executor.free()
+            if free <= 0:
+                executor.capacity.clear()
+                await wait_any(executor.capacity, self.stopping, timeout=None)
+                continue
+            want = min(free, batch_size)
+            self.wake.clear()  # a notification during the lease makes the next wait return
+            leased_at = time.monotonic()
+            try:
+                jobs = await db.run_async(consume.lease(ctx, self.queues, worker_id, want))
+            except DatabaseError as exc:
+                log.warning("lease failed; retrying", error=str(exc), retry_in=delay)
+                await wait_any(self.stopping, timeout=delay)
+                delay = min(delay * 2, ERROR_BACKOFF[1])
+                continue
+            delay = ERROR_BACKOFF[0]
+            for job in jobs:
+                executor.start(job, leased_at)
+            if len(jobs) == want:
+                await asyncio.sleep(0)  # let finished jobs free their slots first
+                continue
+            await wait_any(self.wake, self.stopping, timeout=await self._idle_timeout())
+
+    async def _idle_timeout(self) -> float:
+        """Poll interval, shortened to when the next scheduled job becomes due."""
+        timeout = jittered(self.settings.poll_interval)
+        try:
+            due = await self.app.database.run_async(consume.next_due())
+        except DatabaseError:
+            return timeout
+        if due is not None:
+            timeout = min(timeout, max(due, 0.001))
+        return timeout

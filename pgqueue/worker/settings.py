@@ -1,0 +1,94 @@
+"""Worker options, validated once."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker runs.
+
+    - ``queues``: names to serve; None serves every queue.
+    - ``concurrency``: jobs running at once in this process.
+    - ``batch_size``: most jobs leased per statement (default: concurrency, at most 500).
+    - ``poll_interval``: seconds between polls when no notification arrives.
+    - ``shutdown_timeout``: seconds running jobs get to finish on SIGTERM
+      before they are handed back.
+    - ``listen``: wake on LISTEN/NOTIFY (False behind a transaction-mode PgBouncer).
+    - ``scheduler``: run the cron scheduler in this worker.
+    - ``reap_interval``: seconds between reaper runs.
+    - ``heartbeat_interval``: seconds between heartbeat ticks.
+    """
+
+    queues: tuple[str, ...] | None = None
+    concurrency: int = 10
+    batch_size: int = 10
+    poll_interval: float = 2.0
+    shutdown_timeout: float = 30.0
+    listen: bool = True
+    scheduler: bool = True
+    reap_interval: float = 5.0
+    heartbeat_interval: float = 1.0
+    worker_id: str = field(default_factory=default_worker_id)
+    install_signal_handlers: bool = True
+    log_level: str | None = None
+    log_format: str | None = None
+
+    @classmethod
+    def build(
+        cls,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 10,
+        batch_size: int | None = None,
+        poll_interval: float = 2.0,
+        shutdown_timeout: float = 30.0,
+        listen: bool = True,
+        scheduler: bool = True,
+        reap_interval: float = 5.0,
+        heartbeat_interval: float = 1.0,
+        worker_id: str | None = None,
+        install_signal_handlers: bool = True,
+        log_level: str | None = None,
+        log_format: str | None = None,
+    ) -> WorkerSettings:
+        names = None
+        if queues is not None:
+            if isinstance(queues, str):
+                queues = [queues]
+            names = tuple(dict.fromkeys(validation.queue_name(q) for q in queues)) or None
+        concurrency = validation.positive_int("concurrency", concurrency, 100_000)
+        if batch_size is None:
+            batch_size = min(concurrency, 500)
+        batch_size = validation.positive_int("batch_size", batch_size, 100_000)
+        if log_format not in (None, "auto", "console", "json"):
+            raise InvalidOption(f"log_format must be auto, console or json, got {log_format!r}")
+        return cls(
+            queues=names,
+            concurrency=concurrency,
+            batch_size=min(batch_size, concurrency),
+            poll_interval=validation.seconds("poll_interval", poll_interval, allow_zero=False),
+            shutdown_timeout=validation.seconds("shutdown_timeout", shutdown_timeout),
+            listen=bool(listen),
+            scheduler=bool(scheduler),
+            reap_interval=validation.seconds("reap_interval", reap_interval, allow_zero=False),
+            heartbeat_interval=validation.seconds(
+                "heartbeat_interval", heartbeat_interval, allow_zero=False
+            ),
+            worker_id=worker_id or default_worker_id(),
+            install_signal_handlers=bool(install_signal_handlers),
+            log_level=log_level,
+            log_format=log_format,
+        )

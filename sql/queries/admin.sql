@@ -1,0 +1,223 @@
+-- Inspection and job administration (not on the worker's hot path).
+
+-- name: job_get
+-- One job, from the hot table or the archive, with the facts `explain` needs.
+SELECT j.id, j.queue, j.task, j.payload, j.priority,
+       {schema}.visible_status(j.status, j.run_at) AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result,
+       j.status::text AS stored_status, j.attempt_id, j.worker_id, j.attempt_started_at,
+       j.lease_expires_at, j.cancel_requested, j.lease_seconds, false AS archived, now() AS db_now
+FROM {schema}.jobs j WHERE j.id = %(job_id)s
+UNION ALL
+SELECT a.id, a.queue, a.task, a.payload, a.priority, a.status::text, a.run_at, a.attempts,
+       a.max_attempts, a.dedup_key, a.serial_key, a.created_at, a.finished_at, a.last_error,
+       a.result, a.status::text, a.attempt_id, a.worker_id, a.attempt_started_at,
+       a.lease_expires_at, a.cancel_requested, a.lease_seconds, true, now()
+FROM {schema}.jobs_archive a WHERE a.id = %(job_id)s
+LIMIT 1;
+
+-- name: job_attempt_history
+-- Every attempt of a job, oldest first: finished ones from job_attempts, the
+-- running or final successful one from the job row itself.
+SELECT attempt, attempt_id, worker_id, started_at, finished_at, outcome, error_code,
+       error_message, traceback,
+       (extract(epoch FROM finished_at - started_at) * 1000)::float8 AS latency_ms
+FROM (
+    SELECT a.attempt, a.id AS attempt_id, a.worker_id, a.started_at, a.finished_at,
+           a.outcome::text AS outcome, a.error_code, a.error_message, a.traceback
+    FROM {schema}.job_attempts a WHERE a.job_id = %(job_id)s
+    UNION ALL
+    SELECT j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at,
+           CASE WHEN j.status = 'succeeded' THEN j.finished_at END,
+           j.status::text, NULL, NULL, NULL
+    FROM {schema}.jobs j
+    WHERE j.id = %(job_id)s AND j.status IN ('running', 'succeeded') AND j.attempt_id IS NOT NULL
+    UNION ALL
+    SELECT j.attempts, j.attempt_id, j.worker_id, j.attempt_started_at, j.finished_at,
+           'succeeded', NULL, NULL, NULL
+    FROM {schema}.jobs_archive j
+    WHERE j.id = %(job_id)s AND j.status = 'succeeded' AND j.attempt_id IS NOT NULL
+) h
+ORDER BY attempt_id;
+
+-- name: job_list
+-- A page of jobs, newest first, keyset-paginated on id; every filter optional.
+-- %(stored_statuses)s narrows to storage states, %(due)s then picks
+-- queued (true) or scheduled (false) among queued/scheduled rows.
+SELECT j.id, j.queue, j.task, j.payload, j.priority,
+       {schema}.visible_status(j.status, j.run_at) AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result
+FROM {schema}.jobs j
+WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(stored_statuses)s::{schema}.job_status[] IS NULL
+       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[]))
+  AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
+  AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: job_cancel
+-- Cancel a queued/scheduled job at once; ask a running one to stop (its
+-- worker is told; it ends cancelled when the attempt ends). Returns the
+-- status before and after, or nothing when the job is not live.
+WITH target AS (
+    SELECT id, status FROM {schema}.jobs
+    WHERE id = %(job_id)s AND status IN ('queued', 'scheduled', 'running')
+    FOR UPDATE
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+        cancel_requested = true
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, j.status, j.notify_finish
+), notified AS (
+    SELECT count(pg_notify({channel},
+               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
+    FROM updated u WHERE u.status = 'running' OR u.notify_finish
+)
+SELECT t.status::text AS previous, u.status::text AS current
+FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
+
+-- name: job_status
+-- The visible status of a job in the hot table or the archive.
+SELECT {schema}.visible_status(status, run_at) FROM {schema}.jobs WHERE id = %(job_id)s
+UNION ALL
+SELECT status::text FROM {schema}.jobs_archive WHERE id = %(job_id)s
+LIMIT 1;
+
+-- name: job_replay
+-- Enqueue a copy of a job (any state, hot or archived), optionally into
+-- another queue or at another time. Returns (job_id, created) like enqueue.
+SELECT b.job_id, b.created
+FROM (
+    SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
+           backoff_base, backoff_factor, backoff_max, backoff_jitter
+    FROM {schema}.jobs WHERE id = %(job_id)s
+    UNION ALL
+    SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
+           backoff_base, backoff_factor, backoff_max, backoff_jitter
+    FROM {schema}.jobs_archive WHERE id = %(job_id)s
+    LIMIT 1
+) src
+CROSS JOIN LATERAL {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+    'task', src.task, 'payload', src.payload,
+    'queue', coalesce(%(queue)s::text, src.queue), 'priority', src.priority,
+    'run_at', coalesce(%(run_at)s::timestamptz, now()), 'max_attempts', src.max_attempts,
+    'lease_seconds', src.lease_seconds, 'dedup_key', src.dedup_key,
+    'serial_key', src.serial_key,
+    'backoff', CASE WHEN src.backoff_base IS NOT NULL THEN jsonb_build_array(
+        src.backoff_base, src.backoff_factor, src.backoff_max, src.backoff_jitter) END)))) b;
+
+-- name: job_requeue_dead
+-- Dead jobs back to queued now, with one more attempt allowed when their
+-- attempts are used up. Selects by ids, or by queue/task filters when ids is
+-- NULL, at most %(limit)s per call. A dead job whose dedup key is live again
+-- (or repeated among the selected) is skipped. Returns the requeued ids.
+WITH candidates AS MATERIALIZED (
+    SELECT j.id FROM {schema}.jobs j
+    WHERE j.status = 'dead'
+      AND (%(job_ids)s::bigint[] IS NULL OR j.id = ANY (%(job_ids)s::bigint[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+      AND (j.dedup_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {schema}.jobs o
+            WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
+              AND (o.status IN ('queued', 'scheduled', 'running')
+                   OR (o.status = 'dead' AND o.id < j.id
+                       AND (%(job_ids)s::bigint[] IS NULL OR o.id = ANY (%(job_ids)s::bigint[]))))))
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), requeued AS (
+    UPDATE {schema}.jobs j
+    SET status = 'queued', run_at = now(), finished_at = NULL, cancel_requested = false,
+        max_attempts = greatest(j.max_attempts, j.attempts + 1)
+    FROM candidates c WHERE j.id = c.id
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM requeued) q
+)
+SELECT r.id FROM requeued r CROSS JOIN notified;
+
+-- name: queue_metrics
+-- Per-queue counts; each count is an index range scan of one partial index.
+SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'queued')
+     + (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'scheduled'
+            AND j.run_at <= now() AND j.queue = q.name) AS queued,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'scheduled'
+            AND j.run_at > now() AND j.queue = q.name) AS scheduled,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'running') AS running,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'succeeded'
+            AND j.finished_at > now() - interval '1 hour' AND j.queue = q.name) AS succeeded,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'dead' AND j.queue = q.name) AS dead,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'cancelled' AND j.queue = q.name) AS cancelled,
+       extract(epoch FROM now() - least(
+           (SELECT min(j.run_at) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'queued'),
+           (SELECT min(j.run_at) FROM {schema}.jobs j WHERE j.status = 'scheduled'
+                AND j.run_at <= now() AND j.queue = q.name)))::float8 AS oldest_ready_age_seconds
+FROM {schema}.queues q
+WHERE %(queue)s::text IS NULL OR q.name = %(queue)s::text
+ORDER BY q.name;
+
+-- name: job_wait_context
+-- What a live job may be waiting on: an earlier live job with its serial key,
+-- its queue's controls, and that queue's running count and recent leases.
+SELECT
+    (SELECT s.id FROM {schema}.jobs s
+     WHERE s.serial_key = j.serial_key AND s.id <> j.id
+       AND s.status IN ('queued', 'scheduled', 'running')
+       AND (s.id < j.id OR s.status = 'running')
+     ORDER BY (s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_id,
+    (SELECT s.status::text FROM {schema}.jobs s
+     WHERE s.serial_key = j.serial_key AND s.id <> j.id
+       AND s.status IN ('queued', 'scheduled', 'running')
+       AND (s.id < j.id OR s.status = 'running')
+     ORDER BY (s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_status,
+    q.paused, q.concurrency_limit, q.rate_limit,
+    extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+    (SELECT count(*) FROM {schema}.jobs r WHERE r.queue = j.queue AND r.status = 'running'
+        AND r.lease_expires_at > now()) AS running_in_queue,
+    (SELECT count(*) FROM {schema}.queue_lease_log l WHERE l.queue = j.queue
+        AND l.leased_at > now() - q.rate_period) AS leases_in_window,
+    (SELECT min(l.leased_at) + q.rate_period FROM {schema}.queue_lease_log l
+        WHERE l.queue = j.queue AND l.leased_at > now() - q.rate_period) AS rate_next_slot,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {schema}.jobs a
+        WHERE a.queue = j.queue AND a.status = 'queued'
+          AND (a.priority, -extract(epoch FROM a.run_at), -a.id)
+              > (j.priority, -extract(epoch FROM j.run_at), -j.id)
+        LIMIT 10000) ahead) AS jobs_ahead,
+    w.last_heartbeat_at AS worker_heartbeat_at,
+    w.host AS worker_host
+FROM {schema}.jobs j
+LEFT JOIN {schema}.queues q ON q.name = j.queue
+LEFT JOIN {schema}.workers w ON w.id = j.worker_id
+WHERE j.id = %(job_id)s;
+
+-- name: queue_set_paused
+-- Pause or resume a queue (creating its row if needed); workers are told.
+WITH upserted AS (
+    INSERT INTO {schema}.queues AS q (name, paused) VALUES (%(queue)s, %(paused)s)
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING q.name
+)
+SELECT u.name, pg_notify({channel}, 'q:' || u.name) IS NULL FROM upserted u;
+
+-- name: queue_set_limits
+-- Set a queue's global concurrency and rate limits (NULL lifts a limit).
+WITH upserted AS (
+    INSERT INTO {schema}.queues AS q (name, concurrency_limit, rate_limit, rate_period)
+    VALUES (%(queue)s, %(concurrency)s, %(rate_limit)s, make_interval(secs => %(rate_period)s))
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency_limit = EXCLUDED.concurrency_limit, rate_limit = EXCLUDED.rate_limit,
+        rate_period = EXCLUDED.rate_period, updated_at = now()
+    RETURNING q.name
+)
+SELECT u.name, pg_notify({channel}, 'q:' || u.name) IS NULL FROM upserted u;

@@ -1,0 +1,115 @@
+-- Reaper, archive, prune, table statistics. Each runs in bounded batches with
+-- SKIP LOCKED so that any number of them can run beside workers and each other.
+
+-- name: job_reap_expired
+-- Jobs whose lease expired: record a 'lease_expired' attempt, then back to the
+-- queue with backoff, dead when attempts are used up, cancelled when a cancel
+-- was requested. Returns (id, status) of each reaped job.
+WITH expired AS MATERIALIZED (
+    SELECT j.id FROM {schema}.jobs j
+    WHERE j.status = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
+    ORDER BY j.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), decided AS (
+    SELECT j.id, j.attempt_id, j.attempts, j.worker_id, j.attempt_started_at, j.notify_finish,
+           CASE WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.attempts >= j.max_attempts THEN 'dead'
+                ELSE 'retry' END AS next,
+           coalesce(%(now)s::timestamptz, now())
+               + {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
+                                      j.backoff_max, j.backoff_jitter) AS next_run_at
+    FROM {schema}.jobs j JOIN expired e ON e.id = j.id
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN d.next = 'retry' THEN 'scheduled' ELSE d.next END::{schema}.job_status,
+        run_at = CASE WHEN d.next = 'retry' THEN d.next_run_at ELSE j.run_at END,
+        finished_at = CASE WHEN d.next = 'retry' THEN NULL
+                           ELSE coalesce(%(now)s::timestamptz, now()) END,
+        lease_expires_at = NULL,
+        last_error = 'lease_expired: worker ' || coalesce(d.worker_id, '?')
+                     || ' did not finish or extend its lease'
+    FROM decided d WHERE j.id = d.id
+    RETURNING j.id, j.status
+), attempts AS (
+    INSERT INTO {schema}.job_attempts
+        (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
+    SELECT d.attempt_id, d.id, d.attempts,
+           CASE WHEN d.next = 'cancelled' THEN 'cancelled' ELSE 'lease_expired' END::{schema}.attempt_outcome,
+           d.attempt_started_at, coalesce(%(now)s::timestamptz, now()), d.worker_id,
+           'lease_expired', 'lease expired while the job was running on worker '
+                            || coalesce(d.worker_id, '?')
+    FROM decided d
+), notified AS (
+    SELECT count(pg_notify({channel}, 'f:' || d.id)) AS n
+    FROM decided d WHERE d.notify_finish AND d.next <> 'retry'
+)
+SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
+
+-- name: job_archive_batch
+-- Move up to %(limit)s finished jobs older than the cutoff into jobs_archive.
+-- SKIP LOCKED: concurrent archives take disjoint rows; a crash rolls back.
+WITH moved AS (
+    DELETE FROM {schema}.jobs j
+    WHERE j.id IN (
+        SELECT id FROM {schema}.jobs
+        WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < %(cutoff)s
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING j.*
+)
+INSERT INTO {schema}.jobs_archive (
+    id, priority, status, attempts, max_attempts, lease_seconds, run_at, created_at,
+    attempt_id, attempt_started_at, lease_expires_at, finished_at, cancel_requested,
+    notify_finish, backoff_base, backoff_factor, backoff_max, backoff_jitter, queue, task,
+    payload, worker_id, dedup_key, serial_key, last_error, result)
+SELECT id, priority, status, attempts, max_attempts, lease_seconds, run_at, created_at,
+       attempt_id, attempt_started_at, lease_expires_at, finished_at, cancel_requested,
+       notify_finish, backoff_base, backoff_factor, backoff_max, backoff_jitter, queue, task,
+       payload, worker_id, dedup_key, serial_key, last_error, result
+FROM moved;
+
+-- name: job_archive_count
+-- How many finished jobs an archive run with this cutoff would move.
+SELECT count(*) FROM {schema}.jobs
+WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < %(cutoff)s;
+
+-- name: attempt_prune_batch
+-- Delete up to %(limit)s attempt records finished before the cutoff, except
+-- those of jobs that are still live.
+DELETE FROM {schema}.job_attempts a
+WHERE a.id IN (
+    SELECT p.id FROM {schema}.job_attempts p
+    WHERE p.finished_at < %(cutoff)s
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                      WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))
+    ORDER BY p.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED);
+
+-- name: archive_prune_batch
+-- Delete up to %(limit)s archived jobs finished before the cutoff.
+DELETE FROM {schema}.jobs_archive a
+WHERE a.id IN (
+    SELECT id FROM {schema}.jobs_archive
+    WHERE finished_at < %(cutoff)s
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED);
+
+-- name: prune_count
+-- How many attempt records and archived jobs a prune with this cutoff would delete.
+SELECT (SELECT count(*) FROM {schema}.job_attempts p
+        WHERE p.finished_at < %(cutoff)s
+          AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                          WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))),
+       (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < %(cutoff)s);
+
+-- name: table_stats
+-- Live and dead tuples and size of each pgqueue table.
+SELECT s.relname::text AS table_name, s.n_live_tup, s.n_dead_tup,
+       pg_total_relation_size(s.relid) AS total_bytes,
+       s.last_vacuum, s.last_autovacuum
+FROM pg_stat_user_tables s
+WHERE s.schemaname = %(schema_name)s
+ORDER BY s.relname;

@@ -1,0 +1,32 @@
+-- Worker registry and heartbeats.
+
+-- name: worker_register
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s)
+ON CONFLICT (id) DO UPDATE
+SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+    concurrency = EXCLUDED.concurrency, last_heartbeat_at = now();
+
+-- name: worker_heartbeat
+-- Mark the worker alive (re-registering it if a cleanup removed it).
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now();
+
+-- name: worker_deregister
+DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
+
+-- name: worker_list
+-- Registered workers with the age of their last heartbeat and running job count.
+SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat_at,
+       extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
+       (SELECT count(*) FROM {schema}.jobs j
+        WHERE j.status = 'running' AND j.worker_id = w.id) AS running
+FROM {schema}.workers w
+ORDER BY w.started_at;
+
+-- name: worker_prune_stale
+-- Forget workers silent for longer than the threshold (their jobs are left to
+-- the reaper, which goes by lease expiry, not by this table).
+DELETE FROM {schema}.workers WHERE last_heartbeat_at < now() - make_interval(secs => %(seconds)s)
+RETURNING id;
