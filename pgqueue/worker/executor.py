@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -97,6 +98,12 @@ class Executor:
         self.loop = asyncio.get_running_loop()
         self.max_result_bytes = app.max_result_bytes
         self.heartbeat_wake: Callable[[], None] = lambda: None
+        # Per-job lines are the hot path's only logging: decide once whether
+        # their levels are enabled instead of building every call.
+        self.jlog = log.bind()
+        enabled = getattr(self.jlog, "is_enabled_for", None)
+        self.log_starts = enabled(logging.DEBUG) if enabled else True
+        self.log_successes = enabled(logging.INFO) if enabled else True
 
     def free(self) -> int:
         return self.concurrency - self.busy
@@ -147,9 +154,14 @@ class Executor:
             rj.handle.add_done_callback(partial(self._sync_done, rj))
         if task.timeout is not None:
             rj.timer = self.loop.call_later(task.timeout, self._on_timeout, rj)
-        log.debug(
-            "job started", job_id=job.job_id, task=job.task, queue=job.queue, attempt=job.attempt
-        )
+        if self.log_starts:
+            self.jlog.debug(
+                "job started",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
 
     # --- endings ---------------------------------------------------------------
 
@@ -210,21 +222,20 @@ class Executor:
                 attempt=job.attempt,
             )
             return
-        duration_ms = round((time.monotonic() - rj.started) * 1000, 3)
         if exc is None:
             self.completer.ack(rj, encode_result(value, self.max_result_bytes))
-            log.info(
-                "job succeeded",
-                job_id=job.job_id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                duration_ms=duration_ms,
-                outcome="succeeded",
-            )
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                )
             return
-        failure = self._classify(rj, exc)
-        self._record_failure(rj, failure, duration_ms, exc)
+        self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started))
 
     def _classify(self, rj: RunningJob, exc: BaseException) -> Failure:
         job = rj.job
@@ -272,11 +283,7 @@ class Executor:
         return Failure(job.job_id, job.attempt_id, AttemptOutcome.FAILED, code, message, trace)
 
     def _record_failure(
-        self,
-        rj: RunningJob,
-        failure: Failure,
-        duration_ms: float | None = None,
-        exc: BaseException | None = None,
+        self, rj: RunningJob, failure: Failure, duration_ms: float | None = None
     ) -> None:
         job = rj.job
         self.completer.fail(rj, failure)
@@ -376,6 +383,10 @@ class Executor:
 
     def close(self) -> None:
         self.threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 3)
 
 
 def _accepts(rj: RunningJob, payload: dict[str, Any]) -> bool:

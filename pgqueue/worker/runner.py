@@ -7,6 +7,8 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
+import structlog
+
 from pgqueue.logs import configure_logging
 from pgqueue.worker.worker import Worker
 
@@ -17,8 +19,6 @@ if TYPE_CHECKING:
 
 def run_worker(app: App, settings: WorkerSettings) -> None:
     """Run a worker until SIGTERM/SIGINT; returns after a graceful stop."""
-    if settings.log_level or settings.log_format:
-        configure_logging(settings.log_level or "info", settings.log_format or "auto")
 
     async def main() -> None:
         try:
@@ -32,6 +32,9 @@ def run_worker(app: App, settings: WorkerSettings) -> None:
 async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Event | None) -> None:
     """Run a worker on the running loop until ``stop`` is set (or, when no
     ``stop`` is given, until SIGTERM/SIGINT)."""
+    # Respect an application's own structlog setup unless asked to override it.
+    if settings.log_level or settings.log_format or not structlog.is_configured():
+        configure_logging(settings.log_level or "info", settings.log_format or "auto")
     worker = Worker(app, settings)
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
