@@ -34,6 +34,7 @@ from pgqueue.errors import (
     ScheduleNotFound,
     SchemaNotMigrated,
 )
+from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
     Attempt,
     AttemptOutcome,
@@ -44,6 +45,8 @@ from pgqueue.models import (
     LeasedJob,
     Page,
     QueueMetrics,
+    Schedule,
+    TableVacuum,
 )
 from pgqueue.retry import Backoff, Permanent, Retry
 from pgqueue.task import Task
@@ -59,6 +62,8 @@ __all__ = [
     "DuplicateJob",
     "DuplicateSchedule",
     "Enqueued",
+    "HealthCheck",
+    "HealthReport",
     "InvalidCron",
     "InvalidDuration",
     "InvalidInput",
@@ -84,8 +89,10 @@ __all__ = [
     "QueueMetrics",
     "ResultTimeout",
     "Retry",
+    "Schedule",
     "ScheduleNotFound",
     "SchemaNotMigrated",
+    "TableVacuum",
     "Task",
     "__version__",
 ]

@@ -13,11 +13,22 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import psycopg
 
-from pgqueue import validation
+from pgqueue import health, validation
 from pgqueue.config import resolve_dsn
 from pgqueue.database import Database
-from pgqueue.errors import InvalidName
-from pgqueue.models import Enqueued, Job, JobSpec, JobStatus, LeasedJob, Page, QueueMetrics
+from pgqueue.errors import InvalidName, InvalidOption
+from pgqueue.health import HealthReport, HealthSettings
+from pgqueue.models import (
+    Enqueued,
+    Job,
+    JobSpec,
+    JobStatus,
+    LeasedJob,
+    Page,
+    QueueMetrics,
+    Schedule,
+    TableVacuum,
+)
 from pgqueue.ops import (
     DEFAULT_TASK,
     OpContext,
@@ -27,7 +38,9 @@ from pgqueue.ops import (
     enqueue,
     inspect,
     maintenance,
+    schedules,
 )
+from pgqueue.ops import health as health_ops
 from pgqueue.payloads import encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
@@ -39,6 +52,7 @@ if TYPE_CHECKING:
     from pgqueue.worker.settings import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
+TaskT = TypeVar("TaskT", bound=Task[Any, Any])
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 Age = str | float | timedelta
@@ -73,7 +87,7 @@ class App:
         self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
         self.listen = listen
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self.periodic: list[Any] = []
+        self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
         self.database = Database(
             self.dsn,
@@ -161,6 +175,37 @@ class App:
     def _task_defaults(self, name: str) -> TaskDefaults:
         task = self.tasks.get(name)
         return task.defaults if task is not None else DEFAULT_TASK
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        name: str | None = None,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+    ) -> Callable[[TaskT], TaskT]:
+        """Run a task on a cron schedule; goes above ``@app.task``::
+
+            @app.periodic(cron="0 3 * * *", timezone="Europe/Berlin")
+            @app.task(queue="reports")
+            def nightly_report() -> None: ...
+
+        Each worker running the scheduler creates or updates the schedule
+        (named after the task unless ``name`` is given) when it starts. A bad
+        cron expression or time zone raises here, at import time."""
+
+        def register(task: TaskT) -> TaskT:
+            if not isinstance(task, Task) or task.app is not self:
+                raise InvalidOption("@app.periodic goes above @app.task(...) of the same App")
+            spec = schedules.ScheduleSpec.build(
+                self.op_context, name or task.name, cron, task.name, payload, timezone=timezone
+            )
+            if any(s.name == spec.name for s in self.periodic_schedules):
+                raise InvalidName(f"a periodic schedule named {spec.name!r} is already declared")
+            self.periodic_schedules.append(spec)
+            return task
+
+        return register
 
     # --- enqueue -------------------------------------------------------------
 
@@ -402,6 +447,39 @@ class App:
         """Async twin of :meth:`requeue_dead`."""
         await self.database.run_async(admin.requeue_dead(job_id))
 
+    def requeue_dead_many(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        """Requeue up to ``limit`` dead jobs in one short statement, chosen by
+        ``job_ids`` or else by the queue/task filters; returns the ids requeued.
+        Call again until it returns fewer than ``limit``. Jobs whose dedup key
+        is live again are skipped."""
+        return self.database.run(admin.requeue_dead_batch(job_ids, queue, task, limit))
+
+    async def requeue_dead_many_async(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        """Async twin of :meth:`requeue_dead_many`."""
+        return await self.database.run_async(admin.requeue_dead_batch(job_ids, queue, task, limit))
+
+    def count_dead(self, queue: str | None = None, task: str | None = None) -> int:
+        """How many dead jobs match the filters."""
+        return self.database.run(admin.count_dead(queue, task))
+
+    async def count_dead_async(self, queue: str | None = None, task: str | None = None) -> int:
+        """Async twin of :meth:`count_dead`."""
+        return await self.database.run_async(admin.count_dead(queue, task))
+
     def pause_queue(self, queue: str) -> None:
         """Stop every worker from leasing jobs of ``queue`` (enqueue still works)."""
         self.database.run(admin.set_paused(queue, True))
@@ -432,6 +510,122 @@ class App:
         """Async twin of :meth:`set_queue_limit`."""
         await self.database.run_async(admin.set_limits(queue, concurrency, rate))
 
+    # --- schedules ---------------------------------------------------------------
+
+    def add_schedule(
+        self,
+        name: str,
+        cron: str,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        enabled: bool = True,
+        replace: bool = True,
+    ) -> Schedule:
+        """Create or update the cron schedule ``name`` (``replace=False``: raise
+        DuplicateSchedule instead of updating). ``cron`` has 5 fields, or 6 with
+        seconds last (croniter's order); fire times follow ``timezone``'s DST.
+        ``queue``, ``priority`` and ``max_attempts`` left None take the task's
+        defaults when the job is enqueued. Each job's run_at is its fire time."""
+        return self.database.run(
+            schedules.add_schedule(
+                self.op_context,
+                name,
+                cron,
+                task,
+                payload,
+                queue=queue,
+                timezone=timezone,
+                priority=priority,
+                max_attempts=max_attempts,
+                enabled=enabled,
+                replace=replace,
+            )
+        )
+
+    async def add_schedule_async(
+        self,
+        name: str,
+        cron: str,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        enabled: bool = True,
+        replace: bool = True,
+    ) -> Schedule:
+        """Async twin of :meth:`add_schedule`."""
+        return await self.database.run_async(
+            schedules.add_schedule(
+                self.op_context,
+                name,
+                cron,
+                task,
+                payload,
+                queue=queue,
+                timezone=timezone,
+                priority=priority,
+                max_attempts=max_attempts,
+                enabled=enabled,
+                replace=replace,
+            )
+        )
+
+    def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return self.database.run(schedules.list_schedules())
+
+    async def list_schedules_async(self) -> list[Schedule]:
+        """Async twin of :meth:`list_schedules`."""
+        return await self.database.run_async(schedules.list_schedules())
+
+    def get_schedule(self, name: str) -> Schedule:
+        """One schedule by name; raises ScheduleNotFound."""
+        return self.database.run(schedules.get_schedule(name))
+
+    async def get_schedule_async(self, name: str) -> Schedule:
+        """Async twin of :meth:`get_schedule`."""
+        return await self.database.run_async(schedules.get_schedule(name))
+
+    def enable_schedule(self, name: str) -> Schedule:
+        """Enable a schedule; it next fires at its first slot after now."""
+        return self.database.run(schedules.enable_schedule(self.op_context, name))
+
+    async def enable_schedule_async(self, name: str) -> Schedule:
+        """Async twin of :meth:`enable_schedule`."""
+        return await self.database.run_async(schedules.enable_schedule(self.op_context, name))
+
+    def disable_schedule(self, name: str) -> Schedule:
+        """Disable a schedule: it does not fire (nor catch up) until enabled."""
+        return self.database.run(schedules.disable_schedule(name))
+
+    async def disable_schedule_async(self, name: str) -> Schedule:
+        """Async twin of :meth:`disable_schedule`."""
+        return await self.database.run_async(schedules.disable_schedule(name))
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule; the jobs it already enqueued stay."""
+        self.database.run(schedules.remove_schedule(name))
+
+    async def remove_schedule_async(self, name: str) -> None:
+        """Async twin of :meth:`remove_schedule`."""
+        await self.database.run_async(schedules.remove_schedule(name))
+
+    def run_schedule_now(self, name: str) -> Enqueued:
+        """Enqueue one job of the schedule now (its fire times do not change)."""
+        return self.database.run(schedules.run_schedule_now(self.op_context, name))
+
+    async def run_schedule_now_async(self, name: str) -> Enqueued:
+        """Async twin of :meth:`run_schedule_now`."""
+        return await self.database.run_async(schedules.run_schedule_now(self.op_context, name))
+
     # --- maintenance -----------------------------------------------------------
 
     def reap(self) -> int:
@@ -453,7 +647,7 @@ class App:
         """Move finished jobs older than ``older_than`` (``"7d"``, seconds, a
         timedelta) to the archive table in short batches; returns how many."""
         return self.database.run(
-            maintenance.archive(older_than, limit, statuses, batch_size, progress)
+            maintenance.archive(self.op_context, older_than, limit, statuses, batch_size, progress)
         )
 
     async def archive_async(
@@ -466,7 +660,7 @@ class App:
     ) -> int:
         """Async twin of :meth:`archive`."""
         return await self.database.run_async(
-            maintenance.archive(older_than, limit, statuses, batch_size, progress)
+            maintenance.archive(self.op_context, older_than, limit, statuses, batch_size, progress)
         )
 
     def prune(
@@ -478,7 +672,9 @@ class App:
     ) -> dict[str, int]:
         """Delete attempt history and archived jobs finished before the cutoff;
         returns ``{"attempts": n, "archived_jobs": m}``."""
-        return self.database.run(maintenance.prune(older_than, limit, batch_size, progress))
+        return self.database.run(
+            maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
+        )
 
     async def prune_async(
         self,
@@ -489,8 +685,58 @@ class App:
     ) -> dict[str, int]:
         """Async twin of :meth:`prune`."""
         return await self.database.run_async(
-            maintenance.prune(older_than, limit, batch_size, progress)
+            maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )
+
+    def archive_count(self, older_than: Age, statuses: Sequence[str] = ("succeeded",)) -> int:
+        """How many jobs :meth:`archive` with these arguments would move now."""
+        return self.database.run(maintenance.archive_count(self.op_context, older_than, statuses))
+
+    async def archive_count_async(
+        self, older_than: Age, statuses: Sequence[str] = ("succeeded",)
+    ) -> int:
+        """Async twin of :meth:`archive_count`."""
+        return await self.database.run_async(
+            maintenance.archive_count(self.op_context, older_than, statuses)
+        )
+
+    def prune_count(self, older_than: Age) -> int:
+        """How many rows (attempts plus archived jobs) :meth:`prune` would delete now."""
+        return self.database.run(maintenance.prune_count(self.op_context, older_than))
+
+    async def prune_count_async(self, older_than: Age) -> int:
+        """Async twin of :meth:`prune_count`."""
+        return await self.database.run_async(maintenance.prune_count(self.op_context, older_than))
+
+    def vacuum(self) -> list[TableVacuum]:
+        """VACUUM (ANALYZE) the queue tables; returns each table's dead tuples
+        before and after. Runs on a dedicated autocommit connection, since
+        VACUUM refuses a transaction block and may hold a connection for long."""
+        with self.database.connect() as conn:
+            return self.database.run(maintenance.vacuum(self.schema), conn)
+
+    async def vacuum_async(self) -> list[TableVacuum]:
+        """Async twin of :meth:`vacuum`."""
+        async with await self.database.connect_async() as conn:
+            return await self.database.run_async(maintenance.vacuum(self.schema), conn)
+
+    def check(
+        self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5
+    ) -> HealthReport:
+        """Check connectivity, clock skew, schema revision, stuck jobs (running
+        with an expired lease), dead workers (no heartbeat for ``worker_timeout``)
+        and queues whose oldest ready job waited over ``max_ready_age``.
+        ``report.ok`` is the verdict; an unreachable database or unmigrated
+        schema is a failed check in the report, not an exception."""
+        settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
+        return health.run(self.database, health_ops.check(self.op_context, settings))
+
+    async def check_async(
+        self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5
+    ) -> HealthReport:
+        """Async twin of :meth:`check`."""
+        settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
+        return await health.run_async(self.database, health_ops.check(self.op_context, settings))
 
     # --- worker -----------------------------------------------------------------
 
@@ -519,7 +765,9 @@ class App:
     ) -> WorkerSettings:
         from pgqueue.worker.settings import WorkerSettings
 
-        return WorkerSettings.build(queues=queues, listen=self.listen, **options)
+        # An App created with listen=False (behind PgBouncer) never listens.
+        listen = self.listen and options.pop("listen", True)
+        return WorkerSettings.build(queues=queues, listen=listen, **options)
 
 
 def _no_clock() -> datetime | None:

@@ -66,6 +66,11 @@ def describe_target(dsn: str) -> str:
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
 
 
+def migrate_command(schema: str) -> str:
+    """The command that migrates ``schema`` (global options go before the command)."""
+    return "pgqueue migrate" if schema == "pgqueue" else f"pgqueue --schema {schema} migrate"
+
+
 class ErrorTranslator:
     """Maps psycopg exceptions to pgqueue exceptions for one schema and DSN."""
 
@@ -77,7 +82,7 @@ class ErrorTranslator:
         if isinstance(exc, _SCHEMA_ERRORS):
             return SchemaNotMigrated(
                 f'schema "{self.schema}" is not migrated or is older than this pgqueue '
-                f"({exc.diag.message_primary}): run `pgqueue migrate`"
+                f"({exc.diag.message_primary}): run `{migrate_command(self.schema)}`"
             )
         if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == (
             "jobs_dedup_key_idx"
@@ -94,32 +99,46 @@ class ErrorTranslator:
             return PoolExhausted(
                 f"no database connection to {self.target} became free in time: {exc}"
             )
-        if isinstance(exc, psycopg.OperationalError):
+        if isinstance(exc, psycopg.OperationalError) and _is_connection_error(exc):
             return ConnectionFailed(f"PostgreSQL at {self.target}: {str(exc).strip()}")
         return exc
 
 
+def _is_connection_error(exc: psycopg.OperationalError) -> bool:
+    """Connection trouble, as opposed to e.g. a lock or statement timeout on a
+    healthy connection: no SQLSTATE (the client lost the server), class 08
+    (connection exception), 57P0x (shutdown, crash, starting up, database
+    dropped, idle timeout), 53300 (too many connections), 28xxx (credentials)."""
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P", "28")) or state == "53300"
+
+
 def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """A pooled connection is idle: if its socket is readable, the server has
-    closed it or sent a termination notice. Costs one poll, no round trip."""
-    if conn.closed:
+    """Whether an idle pooled connection may be handed out. It listens to
+    nothing, so a readable socket means the server sent a termination notice
+    or closed it (the EOF may trail the notice): drop it. One poll, no round trip."""
+    if conn.closed or conn.pgconn.status != ConnStatus.OK:
         return False
     try:
         readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        if readable:
-            conn.pgconn.consume_input()
     except (OSError, psycopg.OperationalError):
         return False
-    return conn.pgconn.status == ConnStatus.OK
+    return not readable
+
+
+# A rejected connection must be closed here: the pool takes a connection back
+# as healthy unless it is broken, and would offer the same one again.
 
 
 def _check_sync(conn: psycopg.Connection[Any]) -> None:
     if not _socket_alive(conn):
+        conn.close()
         raise psycopg.OperationalError("connection closed by the server")
 
 
 async def _check_async(conn: psycopg.AsyncConnection[Any]) -> None:
     if not _socket_alive(conn):
+        await conn.close()
         raise psycopg.OperationalError("connection closed by the server")
 
 
@@ -207,13 +226,12 @@ class Database:
     def _schema_problem(self, revision: str | None) -> SchemaNotMigrated | None:
         if revision is None:
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is not migrated: run `pgqueue migrate`'
-                + ("" if self.schema == "pgqueue" else f" --schema {self.schema}")
+                f'schema "{self.schema}" is not migrated: run `{migrate_command(self.schema)}`'
             )
         if revision != SCHEMA_REVISION:
             return SchemaNotMigrated(
                 f'schema "{self.schema}" is at revision {revision} but this pgqueue needs '
-                f"{SCHEMA_REVISION}: run `pgqueue migrate`"
+                f"{SCHEMA_REVISION}: run `{migrate_command(self.schema)}`"
             )
         return None
 
@@ -310,7 +328,7 @@ class Database:
             with self.sync_pool().connection() as pooled:
                 return self._drive(op, pooled)
         except PoolTimeout as exc:
-            raise self.translate(exc) from None
+            raise self._diagnose(exc, self._probe()) from None
 
     async def run_async(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """Async twin of :meth:`run`."""
@@ -321,7 +339,29 @@ class Database:
             async with pool.connection() as pooled:
                 return await self._drive_async(op, pooled)
         except PoolTimeout as exc:
-            raise self.translate(exc) from None
+            raise self._diagnose(exc, await self._probe_async()) from None
+
+    # A pool timeout says nothing of why: a direct connection attempt tells an
+    # unreachable server (with libpq's reason) from a pool that is all busy.
+
+    def _probe(self) -> psycopg.OperationalError | None:
+        try:
+            psycopg.connect(self.dsn, connect_timeout=3).close()
+        except psycopg.OperationalError as exc:
+            return exc
+        return None
+
+    async def _probe_async(self) -> psycopg.OperationalError | None:
+        try:
+            await (await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=3)).close()
+        except psycopg.OperationalError as exc:
+            return exc
+        return None
+
+    def _diagnose(
+        self, timeout: PoolTimeout, failure: psycopg.OperationalError | None
+    ) -> BaseException:
+        return self.translate(failure if failure is not None else timeout)
 
     def _drive(self, op: Op[T], conn: psycopg.Connection[Any]) -> T:
         listening = False

@@ -144,3 +144,38 @@ class Page:
 
     jobs: list[Job]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A cron schedule as stored. ``queue``, ``priority`` and ``max_attempts``
+    are None when the task's defaults apply; ``next_fire_at`` is None while
+    disabled; ``last_fire_at`` is the fire time of the last job it enqueued
+    (that job's ``run_at``), ``last_job_id`` that job."""
+
+    name: str
+    cron: str
+    timezone: str
+    task: str
+    queue: str | None
+    payload: dict[str, Any]
+    priority: int | None
+    max_attempts: int | None
+    enabled: bool
+    next_fire_at: datetime | None
+    last_fire_at: datetime | None
+    last_job_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TableVacuum:
+    """One pgqueue table after :meth:`pgqueue.App.vacuum`: its live tuples,
+    its dead tuples before and after the VACUUM, and its size with indexes."""
+
+    table: str
+    live_tuples: int
+    dead_tuples_before: int
+    dead_tuples_after: int
+    total_bytes: int

@@ -67,10 +67,10 @@ def encode_result(value: Any, max_bytes: int) -> str | None:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError):
         return None
-    if len(text) > max_bytes or "\\u0000" in text:
+    if "\\u0000" in text:
         return None
     try:
-        text.encode("utf-8")
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return None
-    return text
+    return text if size <= max_bytes else None

@@ -51,6 +51,23 @@ QueryName = Literal[
     "worker_deregister",
     "worker_list",
     "worker_prune_stale",
+    "schedule_now",
+    "schedule_get",
+    "schedule_list",
+    "schedule_upsert",
+    "schedule_enable",
+    "schedule_disable",
+    "schedule_remove",
+    "schedule_run_now",
+    "schedule_due",
+    "schedule_fire_many",
+    "job_dead_count",
+    "table_vacuum_analyze",
+    "health_server",
+    "health_schema_revision",
+    "health_stuck_jobs",
+    "health_dead_workers",
+    "health_queue_backlog",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,7 +33,14 @@ class Backoff:
 
     def bounds(self, attempt: int) -> tuple[float, float]:
         """The (lowest, highest) delay in seconds after failed attempt ``attempt``."""
-        raw = min(self.max, self.base * self.factor ** max(attempt - 1, 0))
+        if self.base <= 0:
+            raw = 0.0
+        elif self.factor <= 1:
+            raw = min(self.max, self.base)
+        else:
+            # Cap the exponent where the delay passes max: no overflow at any attempt.
+            cap = math.log(max(self.max, self.base) / self.base, self.factor) + 1
+            raw = min(self.max, self.base * self.factor ** min(max(attempt - 1, 0), cap))
         return max(0.0, raw * (1 - self.jitter)), raw * (1 + self.jitter)
 
     def as_list(self) -> list[float] | None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from pgqueue.errors import InvalidDuration, InvalidName, InvalidOption
 
-SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # also checked by the SQL enqueue()
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # also checked by the SQL enqueue()
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_TASK_NAME = 255
 MAX_KEY = 1024
@@ -18,7 +18,7 @@ SMALLINT = (-32768, 32767)
 
 
 def schema_name(name: object) -> str:
-    if not isinstance(name, str) or not SCHEMA_NAME.match(name):
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name):
         raise InvalidName(
             f"invalid schema name {name!r}: use 1-48 characters from a-z, 0-9 and _, "
             "starting with a letter or _"
@@ -27,7 +27,7 @@ def schema_name(name: object) -> str:
 
 
 def queue_name(name: object) -> str:
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidName(
             f"invalid queue name {name!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -"
         )
@@ -86,16 +86,6 @@ def aware(name: str, value: object) -> datetime:
     if not isinstance(value, datetime):
         raise InvalidOption(f"{name} must be a datetime, got {value!r}")
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def run_at(when: object, delay: object) -> datetime | None:
-    """The effective run_at from run_at= or delay= (not both); None means now."""
-    if when is not None and delay is not None:
-        raise InvalidOption("give run_at or delay, not both")
-    if delay is not None:
-        wait = seconds("delay", delay)
-        return datetime.now(UTC) + timedelta(seconds=wait) if wait else None
-    return aware("run_at", when) if when is not None else None
 
 
 def payload_object(value: Any) -> dict[str, Any]:

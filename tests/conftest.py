@@ -1,1 +1,6 @@
-pytest_plugins = ["tests.fixtures.postgres"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.factory",
+    "tests.fixtures.dbstate",
+    "tests.fixtures.workers",
+]

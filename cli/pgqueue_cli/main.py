@@ -1,4 +1,10 @@
-"""``pgqueue``: the command line of pgqueue."""
+"""``pgqueue``: the command line of pgqueue.
+
+This module only wires the commands together; each lives in its own module.
+Commands get the global options from :data:`pgqueue_cli.context.state` and
+report errors through :mod:`pgqueue_cli.errors` (import those, not this
+module, to avoid an import cycle).
+"""
 
 from __future__ import annotations
 
@@ -11,27 +17,17 @@ import typer
 
 import pgqueue
 from pgqueue.errors import PgQueueError
+from pgqueue_cli import check, dlq, enqueue, jobs, maintenance, queue, schedule, status
+from pgqueue_cli.context import state
+from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
 app = typer.Typer(
     name="pgqueue",
-    help="A task queue whose whole state lives in PostgreSQL.",
+    cls=PgQueueGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-
-class State:
-    dsn: str | None = None
-    schema: str = "pgqueue"
-
-
-state = State()
-
-
-def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def version_callback(value: bool) -> None:
@@ -60,7 +56,18 @@ def main(
         ),
     ] = False,
 ) -> None:
-    """Global options go before the command: ``pgqueue --dsn ... status``."""
+    """A task queue whose whole state lives in PostgreSQL.
+
+    Global options go before the command. Durations read 30s, 15m, 2h, 7d or
+    ISO-8601 (PT15M); times ISO-8601. Every command that prints data takes
+    --json. Exit code 0 on success, 1 with a one-line reason on error.
+
+    Examples:
+
+      pgqueue --dsn postgresql://localhost/app migrate
+
+      PGQUEUE_DSN=postgresql://localhost/app pgqueue status --watch
+    """
     state.dsn = dsn
     state.schema = schema
 
@@ -73,7 +80,11 @@ def migrate(
 ) -> None:
     """Create or upgrade the pgqueue schema (idempotent).
 
-    Example: pgqueue --dsn postgresql://localhost/app migrate
+    Examples:
+
+      pgqueue --dsn postgresql://localhost/app migrate
+
+      pgqueue --schema jobs migrate --sql > pgqueue.sql
     """
     from pgqueue.migrate import upgrade
 
@@ -96,7 +107,7 @@ def load_app(path: str) -> pgqueue.App:
     obj: Any = getattr(module, attribute, None)
     if not isinstance(obj, pgqueue.App):
         fail(f"{path!r} is not a pgqueue.App (got {type(obj).__name__})")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 @app.command()
@@ -138,7 +149,9 @@ def worker(
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
-    Example: pgqueue worker --app myproject.tasks:app --queue mail --concurrency 20
+    Examples:
+
+      pgqueue worker --app myproject.tasks:app --queue mail --concurrency 20
     """
     application = load_app(app_path)
     if state.dsn and application.dsn != state.dsn:
@@ -157,10 +170,24 @@ def worker(
     )
 
 
+# Operator commands, in the order `pgqueue --help` lists them.
+app.command()(enqueue.enqueue)
+app.command()(status.status)
+app.add_typer(jobs.app)
+app.add_typer(dlq.app)
+app.add_typer(queue.app)
+app.command()(maintenance.reap)
+app.command()(maintenance.archive)
+app.command()(maintenance.prune)
+app.command()(maintenance.maintenance)
+app.command()(check.check)
+app.add_typer(schedule.app)
+
+
 def run() -> None:
     """Console-script entry point: expected errors print one line, no traceback."""
     try:
         app()
-    except PgQueueError as exc:
-        typer.echo(f"error: {exc}", err=True)
+    except PgQueueError as exc:  # raised outside a command, e.g. while parsing options
+        typer.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(1)

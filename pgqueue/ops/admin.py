@@ -97,6 +97,20 @@ def _requeue_batch(params: dict[str, Any]) -> Op[list[int]]:
     return [r[0] for r in rows]
 
 
+def count_dead(queue: str | None = None, task: str | None = None) -> Op[int]:
+    """How many dead jobs match the filters (what a bulk requeue would consider)."""
+    params = {
+        "queue": validation.queue_name(queue) if queue is not None else None,
+        "task": validation.task_name(task) if task is not None else None,
+    }
+    return _count_dead(params)
+
+
+def _count_dead(params: dict[str, Any]) -> Op[int]:
+    row = yield Execute("job_dead_count", params, fetch="one")
+    return int(row[0]) if row else 0
+
+
 def set_paused(queue: str, paused: bool) -> Op[None]:
     """Pause or resume a queue on every worker."""
     return _execute_one(

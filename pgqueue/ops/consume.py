@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pgqueue import validation
-from pgqueue.errors import InvalidOption, LeaseLost
+from pgqueue.errors import InvalidName, InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
 
@@ -53,10 +53,14 @@ def lease(
 ) -> Op[list[LeasedJob]]:
     """Lease up to ``limit`` jobs from ``queues`` (None: every queue)."""
     names = None
-    if queues is not None:
-        names = [
-            validation.queue_name(q) for q in ([queues] if isinstance(queues, str) else queues)
-        ]
+    if isinstance(queues, str):
+        names = [validation.queue_name(queues)]
+    elif queues is not None:
+        if not isinstance(queues, Sequence):
+            raise InvalidName(
+                f"queue must be a queue name, a list of names or None, got {queues!r}"
+            )
+        names = [validation.queue_name(q) for q in queues]
     validation.positive_int("max", limit, 100_000)
     seconds = None
     if lease_seconds is not None:
@@ -107,9 +111,9 @@ def ack_ids(
         "job_ack_many",
         {"job_ids": job_ids, "attempt_ids": attempt_ids, "results": results, "now": ctx.clock()},
     )
-    if len(rows) != len(job_ids):
-        held = {r[0] for r in rows}
-        raise LeaseLost([i for i in job_ids if i not in held])
+    held = {r[0] for r in rows}
+    if lost := [i for i in dict.fromkeys(job_ids) if i not in held]:
+        raise LeaseLost(lost)
 
 
 def fail_many(ctx: OpContext, failures: Sequence[Failure]) -> Op[dict[int, str]]:
@@ -183,9 +187,9 @@ def _nack(ctx: OpContext, job_ids: list[int], attempt_ids: list[int]) -> Op[None
     rows = yield Execute(
         "job_nack_many", {"job_ids": job_ids, "attempt_ids": attempt_ids, "now": ctx.clock()}
     )
-    if len(rows) != len(job_ids):
-        held = {r[0] for r in rows}
-        raise LeaseLost([i for i in job_ids if i not in held])
+    held = {r[0] for r in rows}
+    if lost := [i for i in dict.fromkeys(job_ids) if i not in held]:
+        raise LeaseLost(lost)
 
 
 def extend_many(ctx: OpContext, leases: Sequence[tuple[int, int, float]]) -> Op[dict[int, bool]]:

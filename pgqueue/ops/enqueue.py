@@ -26,8 +26,13 @@ def job_object(ctx: OpContext, spec: JobSpec) -> dict[str, Any]:
     )
     if priority:
         obj["priority"] = priority
-    if (run_at := validation.run_at(spec.run_at, spec.delay)) is not None:
-        obj["run_at"] = run_at.isoformat()
+    if spec.run_at is not None and spec.delay is not None:
+        raise InvalidOption("give run_at or delay, not both")
+    if spec.delay is not None:
+        if wait := validation.seconds("delay", spec.delay):
+            obj["delay"] = wait
+    elif spec.run_at is not None:
+        obj["run_at"] = validation.aware("run_at", spec.run_at).isoformat()
     max_attempts = validation.positive_int(
         "max_attempts",
         spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts,

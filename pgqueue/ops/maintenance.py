@@ -8,12 +8,13 @@ holds locks or the xmin horizon, and a crash loses at most one batch's work
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from pgqueue import validation
 from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidOption
+from pgqueue.models import TableVacuum
 from pgqueue.ops import Execute, Op, OpContext
 
 Progress = Callable[[int], None]
@@ -35,9 +36,10 @@ def _reap(ctx: OpContext, batch_size: int) -> Op[int]:
             return total
 
 
-def cutoff(older_than: str | float | timedelta, now: datetime | None = None) -> datetime:
-    age = parse_duration(older_than)
-    return (now or datetime.now(UTC)) - age
+def age(ctx: OpContext, older_than: str | float | timedelta) -> dict[str, Any]:
+    """Parameters of an age cutoff; the statement subtracts it from the
+    database clock, so client clock skew cannot move it."""
+    return {"older_than": parse_duration(older_than), "now": ctx.clock()}
 
 
 def _bounded(limit: int | None) -> int | None:
@@ -45,6 +47,7 @@ def _bounded(limit: int | None) -> int | None:
 
 
 def archive(
+    ctx: OpContext,
     older_than: str | float | timedelta,
     limit: int | None = None,
     statuses: Sequence[str] = ("succeeded",),
@@ -53,13 +56,7 @@ def archive(
 ) -> Op[int]:
     """Move finished jobs older than ``older_than`` to the archive table, in
     batches; returns how many moved."""
-    wanted = list(dict.fromkeys(statuses))
-    for status in wanted:
-        if status not in FINISHED:
-            raise InvalidOption(f"cannot archive status {status!r}: only {', '.join(FINISHED)}")
-    if not wanted:
-        raise InvalidOption("give at least one status to archive")
-    params = {"statuses": wanted, "cutoff": cutoff(older_than)}
+    params = {"statuses": archivable(statuses), **age(ctx, older_than)}
     return _batches(
         "job_archive_batch",
         params,
@@ -70,10 +67,23 @@ def archive(
 
 
 def archive_count(
-    older_than: str | float | timedelta, statuses: Sequence[str] = ("succeeded",)
+    ctx: OpContext, older_than: str | float | timedelta, statuses: Sequence[str] = ("succeeded",)
 ) -> Op[int]:
     """How many jobs an archive with these arguments would move."""
-    return _count("job_archive_count", {"statuses": list(statuses), "cutoff": cutoff(older_than)})
+    return _count("job_archive_count", {"statuses": archivable(statuses), **age(ctx, older_than)})
+
+
+def archivable(statuses: Sequence[str]) -> list[str]:
+    """The distinct statuses to archive; only finished ones may be."""
+    if isinstance(statuses, str):
+        statuses = [statuses]
+    wanted = list(dict.fromkeys(statuses))
+    for status in wanted:
+        if status not in FINISHED:
+            raise InvalidOption(f"cannot archive status {status!r}: only {', '.join(FINISHED)}")
+    if not wanted:
+        raise InvalidOption("give at least one status to archive")
+    return wanted
 
 
 def _count(query: Any, params: dict[str, Any]) -> Op[int]:
@@ -82,6 +92,7 @@ def _count(query: Any, params: dict[str, Any]) -> Op[int]:
 
 
 def prune(
+    ctx: OpContext,
     older_than: str | float | timedelta,
     limit: int | None = None,
     batch_size: int = 1000,
@@ -89,14 +100,14 @@ def prune(
 ) -> Op[dict[str, int]]:
     """Delete attempt records (of jobs no longer live) and archived jobs
     finished before the cutoff; returns {"attempts": n, "archived_jobs": m}."""
-    params = {"cutoff": cutoff(older_than)}
+    params = age(ctx, older_than)
     size = validation.positive_int("batch_size", batch_size, 100_000)
     return _prune(params, _bounded(limit), size, progress)
 
 
-def prune_count(older_than: str | float | timedelta) -> Op[int]:
+def prune_count(ctx: OpContext, older_than: str | float | timedelta) -> Op[int]:
     """How many rows a prune with this cutoff would delete."""
-    return _count("prune_count", {"cutoff": cutoff(older_than)})
+    return _count("prune_count", age(ctx, older_than))
 
 
 def _prune(
@@ -128,6 +139,43 @@ def _batches(
 def table_stats(schema: str) -> Op[list[dict[str, Any]]]:
     """Tuples, dead tuples and size of every table of the schema."""
     return _rows("table_stats", {"schema_name": schema})
+
+
+#: The tables ``table_vacuum_analyze`` names: every table of the schema but
+#: alembic_version (a test keeps the three in step).
+VACUUM_TABLES = (
+    "jobs",
+    "job_attempts",
+    "jobs_archive",
+    "queues",
+    "queue_lease_log",
+    "workers",
+    "schedules",
+)
+
+
+def vacuum(schema: str) -> Op[list[TableVacuum]]:
+    """VACUUM (ANALYZE) the queue tables, reading dead tuples before and after.
+    Drive it on an autocommit connection: VACUUM refuses a transaction block."""
+    return _vacuum(schema)
+
+
+def _vacuum(schema: str) -> Op[list[TableVacuum]]:
+    before = yield from table_stats(schema)
+    yield Execute("table_vacuum_analyze", fetch="none")
+    after = yield from table_stats(schema)
+    dead_before = {row["table_name"]: int(row["n_dead_tup"]) for row in before}
+    return [
+        TableVacuum(
+            table=row["table_name"],
+            live_tuples=int(row["n_live_tup"]),
+            dead_tuples_before=dead_before.get(row["table_name"], 0),
+            dead_tuples_after=int(row["n_dead_tup"]),
+            total_bytes=int(row["total_bytes"]),
+        )
+        for row in after
+        if row["table_name"] in VACUUM_TABLES
+    ]
 
 
 def workers() -> Op[list[dict[str, Any]]]:

@@ -95,6 +95,7 @@ class Executor:
         self.threads = ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="pgqueue-task"
         )
+        self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
         self.max_result_bytes = app.max_result_bytes
         self.heartbeat_wake: Callable[[], None] = lambda: None
@@ -152,6 +153,7 @@ class Executor:
         else:
             rj.handle = self.loop.run_in_executor(self.threads, partial(task.func, **kwargs))
             rj.handle.add_done_callback(partial(self._sync_done, rj))
+            self.threads_busy += 1
         if task.timeout is not None:
             rj.timer = self.loop.call_later(task.timeout, self._on_timeout, rj)
         if self.log_starts:
@@ -173,6 +175,7 @@ class Executor:
             self._ended(rj, None if exc is not None else handle.result(), exc)
 
     def _sync_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
+        self.threads_busy -= 1
         if rj.timed_out:  # already recorded as a timeout; now the slot is free again
             self._release_slot()
             return
@@ -381,8 +384,11 @@ class Executor:
             if rj.task is not None and rj.task.is_async and rj.handle is not None:
                 rj.handle.cancel()
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Release the thread pool; returns how many sync tasks are still running
+        (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
+        return self.threads_busy
 
 
 def _ms_since(started: float) -> float:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,20 +20,34 @@ if TYPE_CHECKING:
 
 
 def run_worker(app: App, settings: WorkerSettings) -> None:
-    """Run a worker until SIGTERM/SIGINT; returns after a graceful stop."""
+    """Run a worker until SIGTERM/SIGINT; returns after a graceful stop.
 
-    async def main() -> None:
+    Sync tasks still running in threads at that point (handed back after the
+    shutdown timeout, or abandoned after their own timeout) cannot be stopped
+    and would hold the interpreter open until they return; their jobs are
+    already recorded, so the process exits without waiting for them.
+    """
+
+    async def main() -> int:
         try:
-            await run_worker_async(app, settings, None)
+            return await run_worker_async(app, settings, None)
         finally:
             await app.database.close_async_pool()
 
-    asyncio.run(main())
+    if threads_left := asyncio.run(main()):
+        structlog.get_logger("pgqueue.worker").warning(
+            "exiting without waiting for sync tasks still running in threads",
+            threads=threads_left,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
-async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Event | None) -> None:
+async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Event | None) -> int:
     """Run a worker on the running loop until ``stop`` is set (or, when no
-    ``stop`` is given, until SIGTERM/SIGINT)."""
+    ``stop`` is given, until SIGTERM/SIGINT). Returns how many sync tasks are
+    still running in threads."""
     # Respect an application's own structlog setup unless asked to override it.
     if settings.log_level or settings.log_format or not structlog.is_configured():
         configure_logging(settings.log_level or "info", settings.log_format or "auto")
@@ -51,3 +67,4 @@ async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Eve
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+    return worker.threads_left

@@ -22,6 +22,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
+from pgqueue.worker.scheduler import run_scheduler
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ class Worker:
         self.settings = settings
         self.stopping = asyncio.Event()  # stop leasing, begin the graceful shutdown
         self.stopped = asyncio.Event()  # background loops end
+        self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
+        self.threads_left = 0  # sync tasks still running when the worker stopped
 
     def request_stop(self) -> None:
         self.stopping.set()
@@ -84,6 +87,16 @@ class Worker:
                 "reaper", lambda: reap_periodically(app, settings.reap_interval, self.stopped)
             ),
         ]
+        if settings.scheduler:
+            background.append(
+                self._supervise(
+                    "scheduler",
+                    # Stops firing as soon as the graceful shutdown begins.
+                    lambda: run_scheduler(
+                        app, self.stopping, self.schedules_changed if settings.listen else None
+                    ),
+                )
+            )
         if settings.listen:
             background.append(asyncio.create_task(listener.run(), name="pgqueue-listener"))
         log.info(
@@ -113,7 +126,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
-            executor.close()
+            self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
 
     async def _relay(self, stop: asyncio.Event) -> None:
@@ -169,6 +182,8 @@ class Worker:
             kind, _, value = payload.partition(":")
             if kind in ("j", "q"):
                 producer.notify(value)
+            elif kind == "s":
+                self.schedules_changed.set()
             elif kind == "c":
                 try:
                     executor.cancel(int(value))

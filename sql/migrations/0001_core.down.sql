@@ -3,6 +3,8 @@
 DROP FUNCTION IF EXISTS {schema}.lease_jobs(text[], text, integer, integer, timestamptz);
 DROP FUNCTION IF EXISTS {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
 DROP FUNCTION IF EXISTS {schema}.enqueue_batch(jsonb);
+DROP FUNCTION IF EXISTS {schema}.enqueue_rows(jsonb, bigint[]);
+DROP FUNCTION IF EXISTS {schema}.queue_oldest_ready(text, timestamptz);
 DROP FUNCTION IF EXISTS {schema}.visible_status({schema}.job_status, timestamptz);
 DROP FUNCTION IF EXISTS {schema}.retry_delay(integer, real, real, real, real);
 DROP TABLE IF EXISTS {schema}.workers;
@@ -13,4 +15,5 @@ DROP TABLE IF EXISTS {schema}.job_attempts;
 DROP TABLE IF EXISTS {schema}.jobs;
 DROP SEQUENCE IF EXISTS {schema}.attempt_id_seq;
 DROP TYPE IF EXISTS {schema}.attempt_outcome;
+DROP TYPE IF EXISTS {schema}.enqueued;
 DROP TYPE IF EXISTS {schema}.job_status;

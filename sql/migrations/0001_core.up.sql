@@ -18,6 +18,11 @@ CREATE TYPE {schema}.attempt_outcome AS ENUM (
 
 CREATE SEQUENCE {schema}.attempt_id_seq AS bigint;
 
+-- Bookkeeping of enqueue_batch while it settles dedup keys.
+CREATE TYPE {schema}.enqueued AS (
+    ord bigint, job_id bigint, created boolean, queue text, dedup_key text
+);
+
 -- The hot table. It holds live jobs and recently finished ones until
 -- `archive` moves them out. The current (or final) attempt lives in the row
 -- itself (attempt_id, worker_id, attempt_started_at, lease_expires_at), so a
@@ -140,10 +145,16 @@ CREATE FUNCTION {schema}.retry_delay(
     p_attempt integer, p_base real, p_factor real, p_max real, p_jitter real
 ) RETURNS interval
 LANGUAGE sql VOLATILE AS $$
-    SELECT make_interval(secs => greatest(0.0, least(
-        coalesce(p_max, 3600.0),
-        coalesce(p_base, 1.0) * power(coalesce(p_factor, 2.0), greatest(p_attempt - 1, 0))
-    ) * (1.0 + coalesce(p_jitter, 0.1) * (2.0 * random() - 1.0))))
+    -- The exponent is capped where the delay passes max, so that no attempt
+    -- count overflows a float.
+    SELECT make_interval(secs => greatest(0.0, least(b.max, CASE
+            WHEN b.base <= 0 THEN 0.0
+            WHEN b.factor <= 1 THEN b.base
+            ELSE b.base * power(b.factor::float8, least(greatest(p_attempt - 1, 0),
+                                ln(greatest(b.max, b.base) / b.base) / ln(b.factor) + 1))
+        END) * (1.0 + b.jitter * (2.0 * random() - 1.0))))
+    FROM (SELECT coalesce(p_base, 1.0)::float8 AS base, coalesce(p_factor, 2.0)::float8 AS factor,
+                 coalesce(p_max, 3600.0)::float8 AS max, coalesce(p_jitter, 0.1)::float8 AS jitter) b
 $$;
 
 -- The status users see: a queued job whose run_at is still ahead is
@@ -156,26 +167,42 @@ LANGUAGE sql STABLE AS $$
                 ELSE p_status::text END
 $$;
 
--- Enqueue a batch given as a JSON array of objects
--- {task, payload, queue, priority, run_at, max_attempts, dedup_key,
---  serial_key, lease_seconds, backoff: [base, factor, max, jitter]};
--- absent keys take the defaults. Returns one row per input object, in order:
--- the job id and whether it was created (false: a live job with the same
--- (queue, dedup_key) exists and its id is returned). One notification per
--- queue that received ready jobs.
-CREATE FUNCTION {schema}.enqueue_batch(p_jobs jsonb)
-RETURNS TABLE (job_id bigint, created boolean)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    v_now timestamptz := now();
-BEGIN
-    INSERT INTO {schema}.queues AS q (name)
-    SELECT DISTINCT coalesce(r.queue, 'default')
-    FROM jsonb_to_recordset(p_jobs) AS r(queue text)
-    ON CONFLICT (name) DO NOTHING;
+-- When the oldest ready job of a queue became ready (NULL: none). The ready
+-- index is ordered by priority first, so min(run_at) would read every ready
+-- job; instead this takes the first entry of each distinct priority (a loose
+-- index scan: a few index probes however long the queue). Due jobs still
+-- stored as 'scheduled' (not yet staged) count too.
+CREATE FUNCTION {schema}.queue_oldest_ready(p_queue text, p_now timestamptz DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE levels AS (
+        (SELECT j.priority FROM {schema}.jobs j
+         WHERE j.queue = p_queue AND j.status = 'queued'
+         ORDER BY j.priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.priority FROM {schema}.jobs j
+                WHERE j.queue = p_queue AND j.status = 'queued' AND j.priority < l.priority
+                ORDER BY j.priority DESC LIMIT 1)
+        FROM levels l WHERE l.priority IS NOT NULL
+    )
+    SELECT least(
+        (SELECT min((SELECT j.run_at FROM {schema}.jobs j
+                     WHERE j.queue = p_queue AND j.status = 'queued' AND j.priority = l.priority
+                     ORDER BY j.run_at LIMIT 1))
+         FROM levels l WHERE l.priority IS NOT NULL),
+        (SELECT min(j.run_at) FROM {schema}.jobs j
+         WHERE j.status = 'scheduled' AND j.run_at <= coalesce(p_now, now()) AND j.queue = p_queue))
+$$;
 
-    RETURN QUERY
+-- One enqueue attempt for the jobs of p_jobs (a JSON array of job objects,
+-- see enqueue_batch), or only those at the 1-based positions p_only. Rows
+-- whose dedup key is held by a live job are skipped (ON CONFLICT DO NOTHING
+-- takes no lock on that job, so an open caller transaction never holds up
+-- its worker). Returns every considered input with its new id, or NULL when
+-- skipped. One notification per queue that received jobs.
+CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
+RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
+LANGUAGE sql AS $$
     WITH input AS MATERIALIZED (
         SELECT r.ord,
                nextval('{schema}.jobs_id_seq') AS id,
@@ -183,7 +210,8 @@ BEGIN
                coalesce(r.payload, '{}'::jsonb) AS payload,
                coalesce(r.queue, 'default') AS queue,
                coalesce(r.priority, 0)::smallint AS priority,
-               coalesce(r.run_at, v_now) AS run_at,
+               -- delay is added to the database clock, never the client's.
+               coalesce(r.run_at, now() + make_interval(secs => coalesce(r.delay, 0))) AS run_at,
                coalesce(r.max_attempts, 5) AS max_attempts,
                coalesce(r.lease_seconds, 60) AS lease_seconds,
                r.dedup_key,
@@ -191,18 +219,11 @@ BEGIN
                r.backoff
         FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
             task text, payload jsonb, queue text, priority integer,
-            run_at timestamptz, max_attempts integer, lease_seconds integer,
+            run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
             dedup_key text, serial_key text, backoff real[]))
-            WITH ORDINALITY AS r(task, payload, queue, priority, run_at, max_attempts,
+            WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                                  lease_seconds, dedup_key, serial_key, backoff, ord)
-    ),
-    -- A batch may repeat a dedup key: only its first occurrence is inserted,
-    -- the others echo that job's id (ON CONFLICT cannot touch a row twice).
-    first_of_key AS (
-        SELECT DISTINCT ON (queue, dedup_key) ord
-        FROM input
-        WHERE dedup_key IS NOT NULL
-        ORDER BY queue, dedup_key, ord
+        WHERE p_only IS NULL OR r.ord = ANY (p_only)
     ),
     inserted AS (
         INSERT INTO {schema}.jobs AS j (
@@ -210,31 +231,81 @@ BEGIN
             lease_seconds, dedup_key, serial_key,
             backoff_base, backoff_factor, backoff_max, backoff_jitter)
         SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at,
-               CASE WHEN i.run_at > v_now THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+               CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
                i.max_attempts, i.lease_seconds, i.dedup_key, i.serial_key,
                i.backoff[1], i.backoff[2], i.backoff[3], i.backoff[4]
         FROM input i
-        WHERE i.dedup_key IS NULL OR i.ord IN (SELECT ord FROM first_of_key)
         ORDER BY i.ord
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
-        -- A no-op update locks and returns the live duplicate even when it
-        -- was committed after this statement's snapshot was taken.
-        DO UPDATE SET dedup_key = EXCLUDED.dedup_key
-        RETURNING j.id, j.queue, j.dedup_key, j.status, (j.xmax = 0) AS created
+        DO NOTHING
+        RETURNING j.id, j.queue
     ),
+    -- Scheduled jobs notify too: idle workers recompute when to wake up.
     notified AS (
         SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n
-        FROM (SELECT DISTINCT queue FROM inserted WHERE created AND status = 'queued') n
+        FROM (SELECT DISTINCT queue FROM inserted) n
     )
-    SELECT coalesce(d.id, i.id),
-           CASE WHEN i.dedup_key IS NULL THEN true
-                ELSE d.created AND i.ord IN (SELECT ord FROM first_of_key) END
+    SELECT i.ord, d.id, i.queue, i.dedup_key
     FROM input i
-    LEFT JOIN inserted d ON i.dedup_key IS NOT NULL
-                        AND d.queue = i.queue AND d.dedup_key = i.dedup_key
+    LEFT JOIN inserted d ON d.id = i.id
     CROSS JOIN notified
-    ORDER BY i.ord;
+$$;
+
+-- Enqueue a batch given as a JSON array of objects
+-- {task, payload, queue, priority, run_at or delay (seconds), max_attempts,
+--  dedup_key, serial_key, lease_seconds, backoff: [base, factor, max, jitter]};
+-- absent keys take the defaults. Returns one row per input object, in order:
+-- the job id and whether it was created (false: a live job with the same
+-- (queue, dedup_key) exists and its id is returned).
+CREATE FUNCTION {schema}.enqueue_batch(p_jobs jsonb)
+RETURNS TABLE (job_id bigint, created boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_rows    {schema}.enqueued[];
+    v_missing bigint[];
+BEGIN
+    INSERT INTO {schema}.queues AS q (name)
+    SELECT DISTINCT coalesce(r.queue, 'default')
+    FROM jsonb_to_recordset(p_jobs) AS r(queue text)
+    ON CONFLICT (name) DO NOTHING;
+
+    IF NOT jsonb_path_exists(p_jobs, '$[*] ? (exists(@.dedup_key))') THEN
+        -- Nothing can conflict: one statement, ids in input order.
+        RETURN QUERY SELECT e.job_id, true FROM {schema}.enqueue_rows(p_jobs) e ORDER BY e.ord;
+        RETURN;
+    END IF;
+
+    SELECT array_agg(ROW(e.ord, e.job_id, e.job_id IS NOT NULL, e.queue, e.dedup_key)::{schema}.enqueued)
+    INTO v_rows FROM {schema}.enqueue_rows(p_jobs) e;
+    FOR attempt IN 1..10 LOOP
+        -- A new statement, so a new snapshot: it sees the live duplicate that
+        -- made the insert skip (committed before, or inserted by this batch).
+        SELECT array_agg(ROW(r.ord, coalesce(r.job_id, live.id), r.created, r.queue,
+                             r.dedup_key)::{schema}.enqueued)
+        INTO v_rows
+        FROM unnest(v_rows) r
+        LEFT JOIN LATERAL (
+            SELECT j.id FROM {schema}.jobs j
+            WHERE r.job_id IS NULL AND j.queue = r.queue AND j.dedup_key = r.dedup_key
+              AND j.status IN ('queued', 'scheduled', 'running')
+            LIMIT 1
+        ) live ON true;
+        SELECT array_agg(r.ord) INTO v_missing FROM unnest(v_rows) r WHERE r.job_id IS NULL;
+        IF v_missing IS NULL THEN
+            RETURN QUERY SELECT r.job_id, r.created FROM unnest(v_rows) r ORDER BY r.ord;
+            RETURN;
+        END IF;
+        -- The live duplicate finished in between: enqueue those after all.
+        SELECT array_agg(ROW(r.ord, coalesce(r.job_id, e.job_id),
+                             r.created OR e.job_id IS NOT NULL, r.queue, r.dedup_key)::{schema}.enqueued)
+        INTO v_rows
+        FROM unnest(v_rows) r
+        LEFT JOIN {schema}.enqueue_rows(p_jobs, v_missing) e ON e.ord = r.ord;
+    END LOOP;
+    RAISE EXCEPTION 'pgqueue: dedup keys kept changing under this enqueue; retry it'
+        USING ERRCODE = '40001';
 END;
 $$;
 
@@ -254,9 +325,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    IF task IS NULL OR task = '' THEN
-        RAISE EXCEPTION 'pgqueue: task name must be a non-empty string'
-            USING ERRCODE = '22023';
+    IF task IS NULL OR btrim(task) = '' OR length(task) > 255 OR task ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'pgqueue: invalid task name %', quote_literal(left(coalesce(task, 'NULL'), 80))
+            USING ERRCODE = '22023',
+                  HINT = 'task names are 1 to 255 characters without control characters';
     END IF;
     IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
         RAISE EXCEPTION 'pgqueue: invalid queue name %', quote_literal(coalesce(queue, 'NULL'))
@@ -265,6 +337,10 @@ BEGIN
     END IF;
     IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
         RAISE EXCEPTION 'pgqueue: payload must be a JSON object'
+            USING ERRCODE = '22023';
+    END IF;
+    IF dedup_key = '' OR serial_key = '' THEN
+        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be NULL or non-empty'
             USING ERRCODE = '22023';
     END IF;
     IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
@@ -328,7 +404,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ), staged AS (
         UPDATE {schema}.jobs j SET status = 'queued'
-        FROM due WHERE j.id = due.id
+        WHERE j.id = ANY (ARRAY(SELECT id FROM due))
         RETURNING j.queue
     )
     SELECT array_agg(DISTINCT s.queue) INTO v_staged FROM staged s;
@@ -384,6 +460,7 @@ BEGIN
             LIMIT v_cap
             FOR UPDATE SKIP LOCKED
         )
+        , leased AS (
         UPDATE {schema}.jobs j
         SET status = 'running',
             attempts = j.attempts + 1,
@@ -391,10 +468,16 @@ BEGIN
             worker_id = p_worker_id,
             attempt_started_at = v_now,
             lease_expires_at = v_now + make_interval(secs => coalesce(p_lease_seconds, j.lease_seconds))
-        FROM picked
-        WHERE j.id = picked.id
+        -- = ANY(ARRAY(...)): primary-key lookups; a join lets the planner
+        -- hash the whole table instead.
+        WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
         RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
-                  coalesce(p_lease_seconds, j.lease_seconds);
+                  coalesce(p_lease_seconds, j.lease_seconds) AS lease_seconds, j.priority, j.run_at
+        )
+        SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
+               l.lease_seconds
+        FROM leased l
+        ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
 
         GET DIAGNOSTICS v_got = ROW_COUNT;
         v_left := v_left - v_got;

@@ -136,7 +136,7 @@ WITH candidates AS MATERIALIZED (
     UPDATE {schema}.jobs j
     SET status = 'queued', run_at = now(), finished_at = NULL, cancel_requested = false,
         max_attempts = greatest(j.max_attempts, j.attempts + 1)
-    FROM candidates c WHERE j.id = c.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING j.id, j.queue
 ), notified AS (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
@@ -158,10 +158,8 @@ SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
             AND j.finished_at > now() - interval '1 hour' AND j.queue = q.name) AS succeeded,
        (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'dead' AND j.queue = q.name) AS dead,
        (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'cancelled' AND j.queue = q.name) AS cancelled,
-       extract(epoch FROM now() - least(
-           (SELECT min(j.run_at) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'queued'),
-           (SELECT min(j.run_at) FROM {schema}.jobs j WHERE j.status = 'scheduled'
-                AND j.run_at <= now() AND j.queue = q.name)))::float8 AS oldest_ready_age_seconds
+       extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
+           AS oldest_ready_age_seconds
 FROM {schema}.queues q
 WHERE %(queue)s::text IS NULL OR q.name = %(queue)s::text
 ORDER BY q.name;
@@ -221,3 +219,10 @@ WITH upserted AS (
     RETURNING q.name
 )
 SELECT u.name, pg_notify({channel}, 'q:' || u.name) IS NULL FROM upserted u;
+
+-- name: job_dead_count
+-- How many dead jobs a bulk requeue with these filters would consider.
+SELECT count(*) FROM {schema}.jobs j
+WHERE j.status = 'dead'
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text);

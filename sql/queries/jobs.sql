@@ -26,7 +26,8 @@ WITH done AS (
         lease_expires_at = NULL,
         result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END
     FROM done d
-    WHERE j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
+    WHERE j.id = ANY (%(job_ids)s::bigint[])  -- primary-key lookups, not a scan of running jobs
+      AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
     RETURNING j.id, j.status, j.notify_finish, j.attempt_id, j.attempts, j.worker_id,
               j.attempt_started_at, j.finished_at
 ), cancelled_attempts AS (
@@ -62,6 +63,7 @@ WITH failed AS (
                                     j.backoff_max, j.backoff_jitter))) AS next_run_at
     FROM failed f
     JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.status = 'running'
+    WHERE j.id = ANY (%(job_ids)s::bigint[])
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -75,7 +77,7 @@ WITH failed AS (
         lease_expires_at = NULL,
         last_error = left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)
     FROM decided d
-    WHERE j.id = d.job_id
+    WHERE j.id = ANY (%(job_ids)s::bigint[]) AND j.id = d.job_id
     RETURNING j.id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
@@ -87,8 +89,13 @@ WITH failed AS (
            d.error_code, d.error_message, d.traceback
     FROM decided d
 ), notified AS (
-    SELECT count(pg_notify({channel}, 'f:' || d.job_id)) AS n
-    FROM decided d WHERE d.notify_finish AND d.next <> 'retry'
+    -- Finished: tell result() waiters. Retried: tell the queue's workers when to wake.
+    SELECT count(pg_notify({channel}, n.payload)) AS n
+    FROM (SELECT 'f:' || d.job_id AS payload FROM decided d
+          WHERE d.notify_finish AND d.next <> 'retry'
+          UNION
+          SELECT DISTINCT 'j:' || u.queue FROM updated u
+          WHERE u.status IN ('queued', 'scheduled')) n
 )
 SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
 
@@ -101,7 +108,7 @@ WITH released AS (
 ), old AS (
     SELECT j.id, j.attempt_id, j.attempts, j.attempt_started_at, j.worker_id, j.cancel_requested
     FROM {schema}.jobs j JOIN released r ON j.id = r.job_id AND j.attempt_id = r.attempt_id
-    WHERE j.status = 'running'
+    WHERE j.id = ANY (%(job_ids)s::bigint[]) AND j.status = 'running'
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -110,7 +117,7 @@ WITH released AS (
         finished_at = CASE WHEN o.cancel_requested THEN coalesce(%(now)s::timestamptz, now()) END,
         lease_expires_at = NULL
     FROM old o
-    WHERE j.id = o.id
+    WHERE j.id = ANY (%(job_ids)s::bigint[]) AND j.id = o.id
     RETURNING j.id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
@@ -133,7 +140,8 @@ UPDATE {schema}.jobs j
 SET lease_expires_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => e.seconds)
 FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(seconds)s::float8[])
     AS e(job_id, attempt_id, seconds)
-WHERE j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.status = 'running'
+WHERE j.id = ANY (%(job_ids)s::bigint[])
+  AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.status = 'running'
 RETURNING j.id, j.cancel_requested;
 
 -- name: job_cancel_flags

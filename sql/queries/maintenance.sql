@@ -19,7 +19,8 @@ WITH expired AS MATERIALIZED (
            coalesce(%(now)s::timestamptz, now())
                + {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
                                       j.backoff_max, j.backoff_jitter) AS next_run_at
-    FROM {schema}.jobs j JOIN expired e ON e.id = j.id
+    FROM {schema}.jobs j
+    WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
 ), updated AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN d.next = 'retry' THEN 'scheduled' ELSE d.next END::{schema}.job_status,
@@ -29,8 +30,9 @@ WITH expired AS MATERIALIZED (
         lease_expires_at = NULL,
         last_error = 'lease_expired: worker ' || coalesce(d.worker_id, '?')
                      || ' did not finish or extend its lease'
-    FROM decided d WHERE j.id = d.id
-    RETURNING j.id, j.status
+    FROM decided d
+    WHERE j.id = ANY (ARRAY(SELECT id FROM decided)) AND j.id = d.id
+    RETURNING j.id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
@@ -41,21 +43,25 @@ WITH expired AS MATERIALIZED (
                             || coalesce(d.worker_id, '?')
     FROM decided d
 ), notified AS (
-    SELECT count(pg_notify({channel}, 'f:' || d.id)) AS n
-    FROM decided d WHERE d.notify_finish AND d.next <> 'retry'
+    SELECT count(pg_notify({channel}, n.payload)) AS n
+    FROM (SELECT 'f:' || d.id AS payload FROM decided d
+          WHERE d.notify_finish AND d.next <> 'retry'
+          UNION
+          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
 )
 SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
 
 -- name: job_archive_batch
--- Move up to %(limit)s finished jobs older than the cutoff into jobs_archive.
+-- Move up to %(limit)s jobs finished more than %(older_than)s ago (by the
+-- database clock) into jobs_archive.
 -- SKIP LOCKED: concurrent archives take disjoint rows; a crash rolls back.
 WITH moved AS (
     DELETE FROM {schema}.jobs j
-    WHERE j.id IN (
+    WHERE j.id = ANY (ARRAY(
         SELECT id FROM {schema}.jobs
-        WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < %(cutoff)s
+        WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED)
+        FOR UPDATE SKIP LOCKED))
     RETURNING j.*
 )
 INSERT INTO {schema}.jobs_archive (
@@ -72,38 +78,38 @@ FROM moved;
 -- name: job_archive_count
 -- How many finished jobs an archive run with this cutoff would move.
 SELECT count(*) FROM {schema}.jobs
-WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < %(cutoff)s;
+WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval);
 
 -- name: attempt_prune_batch
 -- Delete up to %(limit)s attempt records finished before the cutoff, except
 -- those of jobs that are still live.
 DELETE FROM {schema}.job_attempts a
-WHERE a.id IN (
+WHERE a.id = ANY (ARRAY(
     SELECT p.id FROM {schema}.job_attempts p
-    WHERE p.finished_at < %(cutoff)s
+    WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
                       WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))
     ORDER BY p.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED);
+    FOR UPDATE SKIP LOCKED));
 
 -- name: archive_prune_batch
 -- Delete up to %(limit)s archived jobs finished before the cutoff.
 DELETE FROM {schema}.jobs_archive a
-WHERE a.id IN (
+WHERE a.id = ANY (ARRAY(
     SELECT id FROM {schema}.jobs_archive
-    WHERE finished_at < %(cutoff)s
+    WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
     ORDER BY finished_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED);
+    FOR UPDATE SKIP LOCKED));
 
 -- name: prune_count
 -- How many attempt records and archived jobs a prune with this cutoff would delete.
 SELECT (SELECT count(*) FROM {schema}.job_attempts p
-        WHERE p.finished_at < %(cutoff)s
+        WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
                           WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))),
-       (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < %(cutoff)s);
+       (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval));
 
 -- name: table_stats
 -- Live and dead tuples and size of each pgqueue table.
@@ -113,3 +119,10 @@ SELECT s.relname::text AS table_name, s.n_live_tup, s.n_dead_tup,
 FROM pg_stat_user_tables s
 WHERE s.schemaname = %(schema_name)s
 ORDER BY s.relname;
+
+-- name: table_vacuum_analyze
+-- VACUUM (ANALYZE) every pgqueue table in one statement (VACUUM_TABLES in
+-- pgqueue/ops/maintenance.py lists the same; a test keeps them equal to the
+-- schema). VACUUM refuses a transaction block: autocommit connections only.
+VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
+    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules;

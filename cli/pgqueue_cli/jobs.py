@@ -1,0 +1,259 @@
+"""``pgqueue jobs``: list, show, cancel, replay and explain jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+import pgqueue
+from pgqueue_cli import output, parsing
+from pgqueue_cli.context import open_app
+from pgqueue_cli.options import CursorOption, JsonOption, LimitOption, QueueFilter, TaskFilter
+
+app = typer.Typer(
+    name="jobs",
+    help="Inspect and change single jobs: list, show, cancel, replay, explain.",
+    no_args_is_help=True,
+)
+
+JobIdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="The job's id.", show_default=False)
+]
+
+LIST_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "status",
+    "priority",
+    "attempts",
+    "run at",
+    "finished",
+    "last error",
+)
+
+
+@app.command("list")
+def list_jobs(
+    queue: QueueFilter = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="queued, scheduled, running, succeeded, dead or cancelled.",
+        ),
+    ] = None,
+    task: TaskFilter = None,
+    limit: LimitOption = 50,
+    cursor: CursorOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List jobs, newest first, a page at a time.
+
+    With --json: {"jobs": [Job, ...], "next_cursor": ...}; pass next_cursor
+    back with --cursor for the next page (null on the last page).
+
+    Examples:
+
+      pgqueue jobs list --queue mail --status running
+
+      pgqueue jobs list --status dead --limit 200 --json
+
+      pgqueue jobs list --cursor MTIzNDU
+    """
+    with open_app() as queue_app:
+        page = queue_app.list_jobs(
+            queue=queue, status=status, task=task, limit=limit, cursor=cursor
+        )
+    print_page(page, as_json, LIST_COLUMNS, "pgqueue jobs list")
+
+
+def print_page(page: pgqueue.Page, as_json: bool, columns: tuple[str, ...], command: str) -> None:
+    """A page of jobs as JSON or as a table, with the next page's command as a hint."""
+    if as_json:
+        output.print_json(page)
+        return
+    output.stdout().print(output.table(None, columns, [job_row(job, columns) for job in page.jobs]))
+    if not page.jobs:
+        output.hint("no jobs match")
+    if page.next_cursor:
+        output.hint(f"more: {command} ... --cursor {page.next_cursor}")
+
+
+def job_row(job: pgqueue.Job, columns: tuple[str, ...]) -> list[object]:
+    values: dict[str, object] = {
+        "id": job.id,
+        "queue": job.queue,
+        "task": job.task,
+        "status": job.status.value,
+        "priority": job.priority,
+        "attempts": f"{job.attempts}/{job.max_attempts}",
+        "run at": job.run_at,
+        "created": job.created_at,
+        "finished": job.finished_at,
+        "last error": output.shorten(job.last_error),
+    }
+    return [values[name] for name in columns]
+
+
+@app.command()
+def show(
+    job_id: JobIdArgument,
+    tracebacks: Annotated[
+        bool, typer.Option("--tracebacks", help="Also print each failed attempt's traceback.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a job (live or archived), every attempt with its error, and why it is there.
+
+    With --json: a Job object, attempt_history included.
+
+    Examples:
+
+      pgqueue jobs show 42
+
+      pgqueue jobs show 42 --tracebacks
+
+      pgqueue jobs show 42 --json
+    """
+    ident = parsing.job_id(job_id)
+    with open_app() as queue_app:
+        job = queue_app.get_job(ident, history=True)
+        explanation = None if as_json else queue_app.explain(ident)
+    if as_json:
+        output.print_json(job)
+        return
+    console = output.stdout()
+    fields = output.table(
+        f"job {job.id}",
+        ("field", "value"),
+        [
+            ("status", job.status.value),
+            ("task", job.task),
+            ("queue", job.queue),
+            ("priority", job.priority),
+            ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("run at", job.run_at),
+            ("created", job.created_at),
+            ("finished", job.finished_at),
+            ("dedup key", job.dedup_key),
+            ("serial key", job.serial_key),
+            ("payload", job.payload),
+            ("result", job.result),
+            ("last error", job.last_error),
+        ],
+    )
+    console.print(fields)
+    attempts = job.attempt_history or []
+    if not attempts:
+        output.info("no attempts yet")
+    else:
+        _print_attempts(attempts)
+    if tracebacks:
+        for a in attempts:
+            if a.traceback:
+                console.rule(f"attempt {a.attempt} traceback")
+                console.print(a.traceback, markup=False, highlight=False)
+    output.info(f"why: {explanation}")
+
+
+def _print_attempts(attempts: list[pgqueue.Attempt]) -> None:
+    output.stdout().print(
+        output.table(
+            "attempts",
+            ("#", "attempt id", "worker", "started", "finished", "outcome", "latency", "error"),
+            [
+                (
+                    a.attempt,
+                    a.attempt_id,
+                    a.worker_id,
+                    a.started_at,
+                    a.finished_at,
+                    a.outcome.value,
+                    None if a.latency_ms is None else f"{a.latency_ms:.0f}ms",
+                    None if a.error_code is None else f"{a.error_code}: {a.error_message or ''}",
+                )
+                for a in attempts
+            ],
+        )
+    )
+
+
+@app.command()
+def cancel(job_id: JobIdArgument, as_json: JsonOption = False) -> None:
+    """Cancel a job (a running one is asked to stop and ends cancelled after).
+
+    A queued or scheduled job ends cancelled at once; a running one is asked
+    to stop and ends cancelled when its attempt ends.
+
+    Cancelling a finished job is an error. With --json: {"job_id", "status"}
+    (status "cancelled", or "running" while the worker stops it).
+
+    Examples:
+
+      pgqueue jobs cancel 42
+    """
+    ident = parsing.job_id(job_id)
+    with open_app() as queue_app:
+        status = queue_app.cancel(ident)
+    if as_json:
+        output.print_json({"job_id": ident, "status": status})
+    elif status == pgqueue.JobStatus.CANCELLED:
+        output.info(f"job {ident} cancelled")
+    else:
+        output.info(
+            f"job {ident} is running: its worker was asked to stop; "
+            "it ends cancelled when the attempt ends"
+        )
+
+
+@app.command()
+def replay(
+    job_id: JobIdArgument,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Enqueue the copy in this queue instead.")
+    ] = None,
+    run_at: Annotated[
+        str | None, typer.Option(help="Run the copy at this ISO-8601 time instead of now.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a copy of any job (succeeded, dead, cancelled, archived...) as a new job.
+
+    With --json: {"job_id": the new job, "replayed_from": the original}.
+
+    Examples:
+
+      pgqueue jobs replay 42
+
+      pgqueue jobs replay 42 --queue slow --run-at 2026-12-24T18:00:00+01:00
+    """
+    ident = parsing.job_id(job_id)
+    when = parsing.moment("--run-at", run_at)
+    with open_app() as queue_app:
+        new_id = queue_app.replay(ident, queue=queue, run_at=when)
+    if as_json:
+        output.print_json({"job_id": new_id, "replayed_from": ident})
+    else:
+        output.info(f"job {ident} replayed as job {new_id}")
+
+
+@app.command()
+def explain(job_id: JobIdArgument, as_json: JsonOption = False) -> None:
+    """Say in plain words why a job is where it is (waiting on what, or how it ended).
+
+    With --json: {"job_id", "explanation"}.
+
+    Examples:
+
+      pgqueue jobs explain 42
+    """
+    ident = parsing.job_id(job_id)
+    with open_app() as queue_app:
+        text = queue_app.explain(ident)
+    if as_json:
+        output.print_json({"job_id": ident, "explanation": text})
+    else:
+        output.info(text)

@@ -1,0 +1,125 @@
+"""``pgqueue queue``: pause, resume and limit queues across every worker."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+import pgqueue
+from pgqueue_cli import output
+from pgqueue_cli.context import open_app
+from pgqueue_cli.options import JsonOption
+
+app = typer.Typer(
+    name="queue",
+    help="Control queues on every worker at once: pause, resume, limit.",
+    no_args_is_help=True,
+)
+
+QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue's name.")]
+
+
+@app.command()
+def pause(queue: QueueArgument, as_json: JsonOption = False) -> None:
+    """Stop every worker from leasing jobs of a queue (enqueueing still works; running jobs finish).
+
+    With --json: {"queue", "paused", "concurrency_limit", "rate_limit"}.
+
+    Examples:
+
+      pgqueue queue pause mail
+    """
+    with open_app() as queue_app:
+        queue_app.pause_queue(queue)
+        settings = current(queue_app, queue)
+    report(settings, as_json, f"queue {queue!r} paused")
+
+
+@app.command()
+def resume(queue: QueueArgument, as_json: JsonOption = False) -> None:
+    """Let workers lease jobs of a paused queue again.
+
+    With --json: {"queue", "paused", "concurrency_limit", "rate_limit"}.
+
+    Examples:
+
+      pgqueue queue resume mail
+    """
+    with open_app() as queue_app:
+        queue_app.resume_queue(queue)
+        settings = current(queue_app, queue)
+    report(settings, as_json, f"queue {queue!r} resumed")
+
+
+@app.command()
+def limit(
+    queue: QueueArgument,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="At most this many jobs of the queue running at once, over all workers."),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            help="At most COUNT/PERIOD lease starts per sliding window, e.g. 100/1m or 5/s."
+        ),
+    ] = None,
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Lift the limits not given in this command.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Set a queue's concurrency and rate limits, over all workers.
+
+    A limit not given is kept; --clear lifts the limits not given.
+
+    Without options, shows the current limits. With --json: {"queue",
+    "paused", "concurrency_limit", "rate_limit"}.
+
+    Examples:
+
+      pgqueue queue limit mail --concurrency 5
+
+      pgqueue queue limit mail --rate 100/1m
+
+      pgqueue queue limit mail --clear
+    """
+    with open_app() as queue_app:
+        before = current(queue_app, queue)
+        changing = clear or concurrency is not None or rate is not None
+        if changing:
+            queue_app.set_queue_limit(
+                queue,
+                concurrency=concurrency
+                if concurrency is not None or clear
+                else before["concurrency_limit"],
+                rate=rate if rate is not None or clear else before["rate_limit"],
+            )
+        settings = current(queue_app, queue) if changing else before
+    report(settings, as_json, f"queue {queue!r} limits set" if changing else None)
+
+
+def current(app: pgqueue.App, queue: str) -> dict[str, Any]:
+    """The queue's settings as stored (defaults for a queue never seen)."""
+    metrics = app.metrics(queue).get(queue)
+    return {
+        "queue": queue,
+        "paused": metrics.paused if metrics else False,
+        "concurrency_limit": metrics.concurrency_limit if metrics else None,
+        "rate_limit": metrics.rate_limit if metrics else None,
+    }
+
+
+def report(settings: dict[str, Any], as_json: bool, done: str | None) -> None:
+    if as_json:
+        output.print_json(settings)
+        return
+    limits = []
+    if settings["concurrency_limit"] is not None:
+        limits.append(f"at most {settings['concurrency_limit']} running")
+    if settings["rate_limit"] is not None:
+        limits.append(f"at most {settings['rate_limit']} lease starts")
+    state = "paused" if settings["paused"] else "active"
+    summary = f"{state}, {', '.join(limits) or 'no limits'}"
+    output.info(f"{done}: {summary}" if done else f"queue {settings['queue']!r}: {summary}")

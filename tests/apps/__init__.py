@@ -1,0 +1,1 @@
+"""Task applications that the worker tests serve with real ``pgqueue worker`` processes."""
