@@ -1,0 +1,1 @@
+"""pgqueue benchmark suite: ``python -m benchmarks --help``."""

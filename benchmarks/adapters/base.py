@@ -1,0 +1,99 @@
+"""The one interface every measured system implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import psycopg
+
+from benchmarks.common import WorkerControl
+
+
+def serial_last_value(mon: psycopg.Connection[Any], table: str, column: str = "id") -> int:
+    """Last value handed out by ``table.column``'s sequence (0 before the first)."""
+    row = mon.execute("SELECT pg_get_serial_sequence(%s, %s)", (table, column)).fetchone()
+    if row is None or row[0] is None:
+        raise RuntimeError(f"{table}.{column} has no sequence")
+    row = mon.execute(f"SELECT last_value * is_called::int FROM {row[0]}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class System(ABC):
+    """A queue under test, bound to one freshly created database.
+
+    Producer-side methods run in the benchmark's main process and are
+    synchronous (adapters over async libraries drive their own event loop).
+    :meth:`worker_main` runs in a spawned child process, one per worker
+    process, and blocks until the controller asks it to stop.
+    """
+
+    #: name used on the command line
+    name: ClassVar[str]
+    #: one-line description for the report
+    label: ClassVar[str]
+    #: True when :meth:`remaining` honours ``upto_id`` with a cheap id-range count
+    supports_id_range: ClassVar[bool] = True
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    # ---- discovery -------------------------------------------------------
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when the system can run here, else why it is skipped."""
+        return None
+
+    @classmethod
+    def version(cls) -> str:
+        return "-"
+
+    @classmethod
+    @abstractmethod
+    def tuning(cls) -> dict[str, Any]:
+        """The settings this adapter uses, stated in the output."""
+
+    # ---- producer side (main process) ------------------------------------
+    @abstractmethod
+    def setup(self) -> None:
+        """Install the system's schema into the (empty) database."""
+
+    @abstractmethod
+    def bulk_enqueue(self, n: int) -> None:
+        """Enqueue ``n`` no-op jobs (payload ``{}``) with the system's bulk call: one call."""
+
+    @abstractmethod
+    def enqueue_one(self) -> int:
+        """Enqueue one no-op job in its own transaction; return its id."""
+
+    def single_enqueue(self, n: int) -> None:
+        for _ in range(n):
+            self.enqueue_one()
+
+    def single_enqueue_variants(self) -> dict[str, Callable[[int], None]]:
+        """Extra one-job-per-transaction insert paths measured beside
+        :meth:`single_enqueue` in the ``single`` workload (reported as ``rate_<name>``)."""
+        return {}
+
+    @abstractmethod
+    def remaining(
+        self, mon: psycopg.Connection[Any], upto_id: int | None, after_id: int = 0
+    ) -> int:
+        """Jobs with ``after_id < id <= upto_id`` (every job when ``upto_id`` is None)
+        not yet completed, as committed. Must be cheap: it is polled during drains."""
+
+    @abstractmethod
+    def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
+        """Highest job id enqueued so far (0 when none)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release producer-side resources."""
+
+    # ---- worker side (child process) -------------------------------------
+    @classmethod
+    @abstractmethod
+    def worker_main(cls, dsn: str, ctl: WorkerControl) -> None:
+        """Run one worker process: set up, ``ctl.ready()``, ``ctl.wait_go()``, work
+        until ``ctl.stop_requested()``, shut down cleanly."""
