@@ -138,6 +138,14 @@ class App:
 
         upgrade(self.dsn, self.schema)
 
+    def grant(self, role: str, kind: str, *, dry_run: bool = False) -> list[str]:
+        """Give the database role ``role`` what a ``"producer"``, ``"worker"`` or
+        ``"admin"`` needs on this schema (same as ``pgqueue grant``; see
+        :mod:`pgqueue.grants`). Returns the SQL; ``dry_run=True`` runs none of it."""
+        from pgqueue.grants import grant
+
+        return grant(role, kind, dsn=self.dsn, schema=self.schema, dry_run=dry_run)
+
     # --- tasks ---------------------------------------------------------------
 
     @overload

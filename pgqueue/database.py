@@ -18,16 +18,19 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ConnStatus
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue.errors import (
     ConnectionFailed,
     DuplicateJob,
     InvalidInput,
+    PermissionDenied,
     PoolExhausted,
     SchemaNotMigrated,
 )
 from pgqueue.ops import Execute, Listen, Op, Step
+from pgqueue.payloads import loads_stored
 from pgqueue.queries import Queries, channel_for
 from pgqueue.version import SCHEMA_REVISION
 
@@ -71,12 +74,28 @@ def migrate_command(schema: str) -> str:
     return "pgqueue migrate" if schema == "pgqueue" else f"pgqueue --schema {schema} migrate"
 
 
+def grant_command(schema: str, role: str | None) -> str:
+    """The command that grants ``role`` its privileges on ``schema``."""
+    prefix = "pgqueue grant" if schema == "pgqueue" else f"pgqueue --schema {schema} grant"
+    return f"{prefix} --role {role or 'ROLE'} --producer|--worker|--admin"
+
+
+def dsn_role(dsn: str) -> str | None:
+    """The role a DSN logs in as, when it names one."""
+    try:
+        user = conninfo_to_dict(dsn).get("user")
+    except psycopg.ProgrammingError:
+        return None
+    return str(user) if user else None
+
+
 class ErrorTranslator:
     """Maps psycopg exceptions to pgqueue exceptions for one schema and DSN."""
 
     def __init__(self, schema: str, dsn: str) -> None:
         self.schema = schema
         self.target = describe_target(dsn)
+        self.role = dsn_role(dsn)
 
     def __call__(self, exc: BaseException) -> BaseException:
         if isinstance(exc, _SCHEMA_ERRORS):
@@ -95,6 +114,13 @@ class ErrorTranslator:
             exc.diag.message_primary or ""
         ).startswith("pgqueue:"):
             return InvalidInput((exc.diag.message_primary or "")[len("pgqueue: ") :])
+        if isinstance(exc, pg_errors.InsufficientPrivilege):
+            # The role was not granted what this call needs: say which command does.
+            return PermissionDenied(
+                f"{exc.diag.message_primary or 'permission denied'}"
+                f"{f' (role {self.role})' if self.role else ''}: grant the role what it needs "
+                f"with `{grant_command(self.schema, self.role)}`"
+            )
         if isinstance(exc, PoolTimeout):
             return PoolExhausted(
                 f"no database connection to {self.target} became free in time: {exc}"
@@ -111,6 +137,23 @@ def _is_connection_error(exc: psycopg.OperationalError) -> bool:
     dropped, idle timeout), 53300 (too many connections), 28xxx (credentials)."""
     state = exc.sqlstate
     return state is None or state.startswith(("08", "57P", "28")) or state == "53300"
+
+
+def _configure_sync(conn: psycopg.Connection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+    conn.execute(_SESSION_SETUP)
+
+
+async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+    await conn.execute(_SESSION_SETUP)
+
+
+# psycopg prepares a statement after a few executions; the server would then
+# reuse a generic plan made when the table had other statistics (empty, or
+# before autovacuum saw a sudden backlog) and scan the whole table. Custom
+# plans cost a few hundredths of a millisecond per statement.
+_SESSION_SETUP = "SET plan_cache_mode = force_custom_plan"
 
 
 def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -235,6 +278,21 @@ class Database:
             )
         return None
 
+    # The revision check is the first statement a role runs: without USAGE on
+    # the schema it is where a missing grant shows, as PermissionDenied.
+
+    def _revision(self, conn: psycopg.Connection[Any]) -> str | None:
+        try:
+            return _read_revision(conn, self.schema)
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+
+    async def _revision_async(self, conn: psycopg.AsyncConnection[Any]) -> str | None:
+        try:
+            return await _read_revision_async(conn, self.schema)
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+
     def sync_pool(self) -> ConnectionPool:
         if self._sync_pool is None:
             with self._lock:
@@ -243,7 +301,7 @@ class Database:
                     # DSN instead of a pool timeout, and checks the schema once.
                     with self.connect() as probe:
                         if self._check_schema and (
-                            problem := self._schema_problem(_read_revision(probe, self.schema))
+                            problem := self._schema_problem(self._revision(probe))
                         ):
                             raise problem
                     self._sync_pool = ConnectionPool(
@@ -253,6 +311,7 @@ class Database:
                         max_size=self.max_size,
                         timeout=self.timeout,
                         check=_check_sync,
+                        configure=_configure_sync,
                         name=f"pgqueue-{self.schema}",
                         open=True,
                     )
@@ -271,9 +330,7 @@ class Database:
                 probe = await self.connect_async()
                 try:
                     if self._check_schema and (
-                        problem := self._schema_problem(
-                            await _read_revision_async(probe, self.schema)
-                        )
+                        problem := self._schema_problem(await self._revision_async(probe))
                     ):
                         raise problem
                 finally:
@@ -285,6 +342,7 @@ class Database:
                     max_size=self.max_size,
                     timeout=self.timeout,
                     check=_check_async,
+                    configure=_configure_async,
                     name=f"pgqueue-{self.schema}-async",
                     open=False,
                 )
@@ -361,7 +419,13 @@ class Database:
     def _diagnose(
         self, timeout: PoolTimeout, failure: psycopg.OperationalError | None
     ) -> BaseException:
-        return self.translate(failure if failure is not None else timeout)
+        if failure is None:  # the server answers: every pooled connection is busy
+            return PoolExhausted(
+                f"all {self.max_size} pooled connection(s) to {self.translate.target} stayed "
+                f"busy for {self.timeout:g}s (pool_timeout): raise the App's pool_max_size or "
+                "hold connections for less time"
+            )
+        return self.translate(failure)
 
     def _drive(self, op: Op[T], conn: psycopg.Connection[Any]) -> T:
         listening = False

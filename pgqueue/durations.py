@@ -21,9 +21,15 @@ def parse_duration(text: str | float | timedelta) -> timedelta:
     if isinstance(text, timedelta):
         value = text
     elif isinstance(text, int | float) and not isinstance(text, bool):
-        value = timedelta(seconds=text)
+        try:
+            value = timedelta(seconds=text)
+        except (OverflowError, ValueError):
+            raise InvalidDuration(f"not a usable duration: {text!r}") from None
     elif isinstance(text, str):
-        value = _parse_text(text.strip())
+        try:
+            value = _parse_text(text.strip())
+        except OverflowError:
+            raise InvalidDuration(f"duration too long: {text!r}") from None
     else:
         raise InvalidDuration(f"not a duration: {text!r}")
     if value < timedelta(0):

@@ -124,5 +124,9 @@ class SchemaNotMigrated(DatabaseError):
     """The pgqueue schema is missing or older than this version of pgqueue."""
 
 
+class PermissionDenied(DatabaseError):
+    """The database role lacks a privilege the operation needs (see ``pgqueue grant``)."""
+
+
 class PoolExhausted(ConnectionFailed):
     """Every connection of the pool stayed busy for the whole wait timeout."""

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
 from pgqueue.config import resolve_dsn
+from pgqueue.errors import PermissionDenied
 from pgqueue.queries import render
 
 __all__ = ["current", "downgrade", "render_migration", "upgrade"]
@@ -46,7 +49,8 @@ def upgrade(
         text = buffer.getvalue()
         (output or sys.stdout).write(text)
         return text
-    command.upgrade(_config(dsn, schema, output), revision)
+    with _refusal_as_permission_denied(schema):
+        command.upgrade(_config(dsn, schema, output), revision)
     return None
 
 
@@ -54,7 +58,27 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
     """Take ``schema`` down to ``revision`` (``base``: remove every pgqueue object)."""
     from alembic import command
 
-    command.downgrade(_config(dsn, schema), revision)
+    with _refusal_as_permission_denied(schema):
+        command.downgrade(_config(dsn, schema), revision)
+
+
+@contextmanager
+def _refusal_as_permission_denied(schema: str) -> Iterator[None]:
+    """A role that may not migrate gets PermissionDenied, not a driver error.
+    Migration statements reach psycopg directly (then its error comes as is)
+    or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
+    import psycopg
+
+    try:
+        yield
+    except Exception as exc:
+        cause = getattr(exc, "orig", exc)
+        if not isinstance(cause, psycopg.errors.InsufficientPrivilege):
+            raise
+        raise PermissionDenied(
+            f'cannot migrate schema "{schema}": {cause.diag.message_primary}: migrations run '
+            "as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
+        ) from None
 
 
 def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:

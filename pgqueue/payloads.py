@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pgqueue.errors import InvalidPayload, PayloadTooLarge
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+#: How deep a payload (or result) may nest arrays and objects, itself counting
+#: as one. PostgreSQL stores far deeper JSON, but psycopg reads jsonb with
+#: Python's json module, which fails near the recursion limit (~1000 levels):
+#: a deeper job could be enqueued and then never leased or read. The SQL
+#: enqueue() function enforces the same number (sql/migrations/0003_security.up.sql).
+MAX_PAYLOAD_DEPTH = 256
+
+# Depth is measured on the UTF-8 JSON text, where a bracket or quote byte is
+# always that character (the bytes of multi-byte characters are >= 0x80).
+_NOT_SHAPE = bytes(b for b in range(256) if b not in b'[]{}"')
+_AS_BRACES = bytes.maketrans(b"[]", b"{}")
+_PLAIN_STRING = re.compile(rb'"[^"]*"')  # a JSON string once escapes are gone
 
 
 def _find_nul(value: Any) -> bool:
@@ -20,27 +34,84 @@ def _find_nul(value: Any) -> bool:
     return False
 
 
+def nests_deeper(data: bytes, limit: int) -> bool:
+    """Whether the JSON text ``data`` nests arrays/objects more than ``limit``
+    deep. Cheap when it cannot: a count of opening brackets bounds the depth."""
+    if data.count(b"{") + data.count(b"[") <= limit:
+        return False
+    # Escapes go first, as JSON reads them (left to right: escaped backslashes,
+    # then escaped quotes): every quote left delimits a string. Then only
+    # brackets and quotes are kept, adjacent quotes dropped (no bracket between
+    # them: only the pairing of strings changes), and strings holding brackets cut out.
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    shape = data.translate(_AS_BRACES, _NOT_SHAPE).replace(b'""', b"")
+    if b'"' in shape:
+        shape = _PLAIN_STRING.sub(b"", shape)
+    # Each pass removes the innermost level everywhere (at C speed); typical
+    # JSON is gone after a few. A deeper remainder is walked, in linear time.
+    levels = 0
+    while shape and levels < min(8, limit):
+        shape = shape.replace(b"{}", b"")
+        levels += 1
+    depth = levels
+    for byte in shape:
+        if byte == 0x7B:  # {
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def _explain_item(index: int, payload: Any, limit: int) -> None:
     """Raise the precise error for one payload, if it has one."""
     where = f"payload of job #{index}" if index >= 0 else "payload"
+    too_deep = f"{where} nests arrays/objects deeper than {MAX_PAYLOAD_DEPTH} levels"
     try:
         text = _dumps(payload)
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise InvalidPayload(too_deep) from None
+    except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{where} is not JSON-serialisable: {exc}") from None
     try:
-        size = len(text.encode("utf-8"))
+        data = text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidPayload(
             f"{where} holds a string that is not valid Unicode (lone surrogate)"
         ) from None
-    if size > limit:
-        raise PayloadTooLarge(f"{where} is {size} bytes of JSON, over the {limit}-byte limit")
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{where} is {len(data)} bytes of JSON, over the {limit}-byte limit")
+    # Before the NUL search, which recurses as deep as the payload nests.
+    if nests_deeper(data, MAX_PAYLOAD_DEPTH):
+        raise InvalidPayload(too_deep)
     if _find_nul(payload):
         raise InvalidPayload(f"{where} contains a NUL character, which PostgreSQL cannot store")
 
 
-def encode_batch(jobs: list[dict[str, Any]], max_payload_bytes: int) -> str:
-    """The JSON array sent to ``enqueue_batch``; validates every payload.
+class UndecodableJson(str):
+    """Stands in for a stored JSON value too deeply nested for Python to
+    decode (it got in around the enqueue checks); holds the reason."""
+
+
+def loads_stored(data: str | bytes) -> Any:
+    """``json.loads`` for values read from the database: never raises on
+    nesting, so one bad payload cannot fail a whole leased batch."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return UndecodableJson("stored JSON is nested too deeply to decode")
+
+
+def encode_batch(
+    jobs: list[dict[str, Any]],
+    max_payload_bytes: int,
+    dedup: bool | None = None,
+) -> str:
+    """The document sent to ``enqueue_batch``: the JSON array of ``jobs``, or,
+    given whether any job has a ``dedup`` key, ``{"jobs": [...], "dedup": ...}``.
+    Validates every payload.
 
     Fast path: one ``json`` call for the whole batch. Only when that fails or the
     document is larger than one payload may be are the payloads checked one by one
@@ -48,15 +119,24 @@ def encode_batch(jobs: list[dict[str, Any]], max_payload_bytes: int) -> str:
     """
     try:
         doc = _dumps(jobs)
-        encoded_len = len(doc.encode("utf-8"))
+        data = doc.encode("utf-8")
+        encoded_len = len(data)
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
-        doc, encoded_len = "", -1
-    if encoded_len < 0 or encoded_len > max_payload_bytes or "\\u0000" in doc:
+        doc, data, encoded_len = "", b"", -1
+    # The array and each job object nest every payload two levels deeper.
+    if (
+        encoded_len < 0
+        or encoded_len > max_payload_bytes
+        or "\\u0000" in doc
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH + 2)
+    ):
         for i, job in enumerate(jobs):
             _explain_item(i if len(jobs) > 1 else -1, job.get("payload", {}), max_payload_bytes)
         if encoded_len < 0:  # pragma: no cover - a job field other than the payload failed
             raise InvalidPayload("job options are not JSON-serialisable")
-    return doc
+    if dedup is None:
+        return doc
+    return f'{{"dedup":{_dumps(dedup)},"jobs":{doc}}}'
 
 
 def encode_result(value: Any, max_bytes: int) -> str | None:
@@ -70,7 +150,9 @@ def encode_result(value: Any, max_bytes: int) -> str | None:
     if "\\u0000" in text:
         return None
     try:
-        size = len(text.encode("utf-8"))
+        data = text.encode("utf-8")
     except UnicodeEncodeError:
         return None
-    return text if size <= max_bytes else None
+    if len(data) > max_bytes or nests_deeper(data, MAX_PAYLOAD_DEPTH):
+        return None
+    return text

@@ -7,12 +7,17 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgqueue.errors import InvalidDuration, InvalidName, InvalidOption
+from pgqueue.errors import InvalidDuration, InvalidName, InvalidOption, InvalidPayload
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # also checked by the SQL enqueue()
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What Python gives for bytes that are not UTF-8 (os.fsdecode, surrogateescape,
+# e.g. a command-line argument): text PostgreSQL cannot store.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 MAX_TASK_NAME = 255
+# In UTF-8 bytes: a key goes into a btree index, whose entries hold at most
+# ~2700 bytes (1024 characters of 3-4 bytes each would not fit).
 MAX_KEY = 1024
 SMALLINT = (-32768, 32767)
 
@@ -42,17 +47,33 @@ def task_name(name: object) -> str:
             f"invalid task name {name[:80]!r}: at most {MAX_TASK_NAME} characters, "
             "no control characters"
         )
+    if not unicode_text(name):
+        raise InvalidName(f"invalid task name {name[:80]!r}: {NOT_UNICODE}")
     return name
 
 
+NOT_UNICODE = "not valid Unicode (it holds a lone surrogate, e.g. from bytes that are not UTF-8)"
+
+
+def unicode_text(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (holds no lone surrogate)."""
+    return text.isascii() or not _SURROGATE.search(text)
+
+
 def key(kind: str, value: object) -> str | None:
-    """A dedup or serial key: None, or 1..1024 characters without NUL."""
+    """A dedup or serial key: None, or 1..1024 bytes of UTF-8 without NUL."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidOption(f"{kind} must be a non-empty string, got {value!r}")
-    if len(value) > MAX_KEY or "\x00" in value:
-        raise InvalidOption(f"{kind} must have at most {MAX_KEY} characters and no NUL")
+    if not unicode_text(value):
+        raise InvalidOption(f"{kind} is {NOT_UNICODE}")
+    if (
+        len(value) > MAX_KEY
+        or (not value.isascii() and len(value.encode("utf-8")) > MAX_KEY)
+        or "\x00" in value
+    ):
+        raise InvalidOption(f"{kind} must have at most {MAX_KEY} bytes (UTF-8) and no NUL")
     return value
 
 
@@ -89,8 +110,6 @@ def aware(name: str, value: object) -> datetime:
 
 
 def payload_object(value: Any) -> dict[str, Any]:
-    from pgqueue.errors import InvalidPayload
-
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -17,7 +17,7 @@ import typer
 
 import pgqueue
 from pgqueue.errors import PgQueueError
-from pgqueue_cli import check, dlq, enqueue, jobs, maintenance, queue, schedule, status
+from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
@@ -182,6 +182,7 @@ app.command()(maintenance.prune)
 app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
+app.command()(grant.grant)
 
 
 def run() -> None:

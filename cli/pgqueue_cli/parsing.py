@@ -61,6 +61,8 @@ def json_object(text: str, source: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidPayload(f"{source} is not valid JSON: {exc}") from None
+    except RecursionError:  # json gives up near Python's recursion limit
+        raise InvalidPayload(f"{source} nests arrays/objects too deeply") from None
     if not isinstance(value, dict):
         raise InvalidPayload(f"{source} must be a JSON object, got {_json_kind(value)}")
     return value

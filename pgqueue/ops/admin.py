@@ -9,7 +9,13 @@ from typing import Any
 
 from pgqueue import validation
 from pgqueue.durations import parse_duration
-from pgqueue.errors import DuplicateJob, InvalidJobState, InvalidOption, JobNotFound
+from pgqueue.errors import (
+    DuplicateJob,
+    InvalidDuration,
+    InvalidJobState,
+    InvalidOption,
+    JobNotFound,
+)
 from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _job_id
@@ -128,7 +134,10 @@ def parse_rate(rate: str) -> tuple[int, float]:
         raise InvalidOption(f"invalid rate {rate!r}: use COUNT/PERIOD, e.g. 100/1m or 10/s")
     count = validation.positive_int("rate count", int(m.group(1)))
     period_text = m.group(2)
-    period = parse_duration("1" + period_text if period_text.isalpha() else period_text)
+    try:
+        period = parse_duration("1" + period_text if period_text.isalpha() else period_text)
+    except InvalidDuration as exc:
+        raise InvalidOption(f"invalid rate {rate!r}: {exc}") from None
     if period.total_seconds() <= 0:
         raise InvalidOption(f"invalid rate {rate!r}: the period must be longer than zero")
     return count, period.total_seconds()

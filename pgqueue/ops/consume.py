@@ -32,6 +32,17 @@ class Failure:
     permanent: bool = False
 
 
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it: an exception's message may hold a
+    NUL or a lone surrogate (undecodable bytes), which the driver refuses, and
+    one such failure would fail the worker's whole batch of completions."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not validation.unicode_text(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def describe_error(error: BaseException | str) -> tuple[str, str, str | None]:
     """(error code, message, traceback) of an exception or a plain message."""
     if isinstance(error, str):
@@ -42,6 +53,14 @@ def describe_error(error: BaseException | str) -> tuple[str, str, str | None]:
     if error.__traceback__ is not None:
         trace = "".join(tb.format_exception(error))[-MAX_TRACEBACK:]
     return code, message, trace
+
+
+def _lost(job_ids: list[int], attempt_ids: list[int], held: set[tuple[int, int]]) -> list[int]:
+    """Jobs whose presented attempt did not hold the lease (by (job, attempt):
+    the same job may be presented by a stale and a current holder at once)."""
+    return list(
+        dict.fromkeys(j for j, a in zip(job_ids, attempt_ids, strict=True) if (j, a) not in held)
+    )
 
 
 def lease(
@@ -67,8 +86,16 @@ def lease(
         seconds = max(
             1, round(validation.seconds("lease_seconds", lease_seconds, allow_zero=False))
         )
-    if not isinstance(worker_id, str) or not worker_id:
-        raise InvalidOption("worker_id must be a non-empty string")
+    if (
+        not isinstance(worker_id, str)
+        or not worker_id
+        or "\x00" in worker_id
+        or not validation.unicode_text(worker_id)
+    ):
+        raise InvalidOption(
+            "worker_id must be a non-empty string without NUL or lone surrogates, "
+            f"got {worker_id!r}"
+        )
     return _lease(ctx, names, worker_id, limit, seconds)
 
 
@@ -111,8 +138,7 @@ def ack_ids(
         "job_ack_many",
         {"job_ids": job_ids, "attempt_ids": attempt_ids, "results": results, "now": ctx.clock()},
     )
-    held = {r[0] for r in rows}
-    if lost := [i for i in dict.fromkeys(job_ids) if i not in held]:
+    if lost := _lost(job_ids, attempt_ids, {(r[0], r[1]) for r in rows}):
         raise LeaseLost(lost)
 
 
@@ -134,16 +160,18 @@ def _fail(ctx: OpContext, failures: list[Failure]) -> Op[dict[int, str]]:
             "retry_ats": [f.retry_at for f in failures],
             "retry_delays": [f.retry_delay for f in failures],
             "permanent": [f.permanent for f in failures],
-            "error_codes": [f.error_code for f in failures],
-            "error_messages": [f.error_message for f in failures],
-            "tracebacks": [f.traceback for f in failures],
+            "error_codes": [storable(f.error_code) for f in failures],
+            "error_messages": [storable(f.error_message) for f in failures],
+            "tracebacks": [f.traceback and storable(f.traceback) for f in failures],
             "now": ctx.clock(),
         },
     )
-    statuses = {job_id: status for job_id, status in rows}
-    if len(statuses) != len(failures):
-        raise LeaseLost([f.job_id for f in failures if f.job_id not in statuses])
-    return statuses
+    lost = _lost(
+        [f.job_id for f in failures], [f.attempt_id for f in failures], {(r[0], r[1]) for r in rows}
+    )
+    if lost:
+        raise LeaseLost(lost)
+    return {job_id: status for job_id, _attempt, status in rows}
 
 
 def fail(
@@ -187,8 +215,7 @@ def _nack(ctx: OpContext, job_ids: list[int], attempt_ids: list[int]) -> Op[None
     rows = yield Execute(
         "job_nack_many", {"job_ids": job_ids, "attempt_ids": attempt_ids, "now": ctx.clock()}
     )
-    held = {r[0] for r in rows}
-    if lost := [i for i in dict.fromkeys(job_ids) if i not in held]:
+    if lost := _lost(job_ids, attempt_ids, {(r[0], r[1]) for r in rows}):
         raise LeaseLost(lost)
 
 
@@ -241,7 +268,8 @@ def _cancel_flags(running: list[tuple[int, int]]) -> Op[list[tuple[int, bool, bo
     return [(job_id, bool(cancel), bool(held)) for job_id, cancel, held in rows]
 
 
-def next_due() -> Op[float | None]:
-    """Seconds until the earliest scheduled job becomes due (None: none scheduled)."""
-    row = yield Execute("job_next_due", fetch="one")
+def next_due(queues: list[str] | None = None) -> Op[float | None]:
+    """Seconds until the earliest scheduled job becomes due, or a rate-limited
+    queue among ``queues`` (None: all) has a free slot again; None: neither."""
+    row = yield Execute("job_next_due", {"queues": queues}, fetch="one")
     return row[0] if row else None

@@ -42,6 +42,8 @@ def schedule_name(name: object) -> str:
             f"invalid schedule name {name[:80]!r}: at most {MAX_NAME} characters, "
             "no control characters"
         )
+    if not validation.unicode_text(name):
+        raise InvalidName(f"invalid schedule name {name[:80]!r}: {validation.NOT_UNICODE}")
     return name
 
 

@@ -128,6 +128,19 @@ class Executor:
                 ),
             )
             return
+        if type(job.payload) is not dict:  # see payloads.loads_stored
+            self._record_failure(
+                rj,
+                Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.FAILED,
+                    "invalid_payload",
+                    f"cannot run task {job.task!r}: {job.payload}",
+                    permanent=True,
+                ),
+            )
+            return
         self.busy += 1
         self.idle.clear()
         kwargs: dict[str, Any] = job.payload

@@ -79,7 +79,7 @@ class Producer:
         """Poll interval, shortened to when the next scheduled job becomes due."""
         timeout = jittered(self.settings.poll_interval)
         try:
-            due = await self.app.database.run_async(consume.next_due())
+            due = await self.app.database.run_async(consume.next_due(self.queues))
         except DatabaseError:
             return timeout
         if due is not None:

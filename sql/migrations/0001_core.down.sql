@@ -4,6 +4,7 @@ DROP FUNCTION IF EXISTS {schema}.lease_jobs(text[], text, integer, integer, time
 DROP FUNCTION IF EXISTS {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
 DROP FUNCTION IF EXISTS {schema}.enqueue_batch(jsonb);
 DROP FUNCTION IF EXISTS {schema}.enqueue_rows(jsonb, bigint[]);
+DROP FUNCTION IF EXISTS {schema}.enqueue_input(jsonb);
 DROP FUNCTION IF EXISTS {schema}.queue_oldest_ready(text, timestamptz);
 DROP FUNCTION IF EXISTS {schema}.visible_status({schema}.job_status, timestamptz);
 DROP FUNCTION IF EXISTS {schema}.retry_delay(integer, real, real, real, real);

@@ -194,46 +194,56 @@ LANGUAGE sql STABLE AS $$
          WHERE j.status = 'scheduled' AND j.run_at <= coalesce(p_now, now()) AND j.queue = p_queue))
 $$;
 
--- One enqueue attempt for the jobs of p_jobs (a JSON array of job objects,
--- see enqueue_batch), or only those at the 1-based positions p_only. Rows
--- whose dedup key is held by a live job are skipped (ON CONFLICT DO NOTHING
--- takes no lock on that job, so an open caller transaction never holds up
--- its worker). Returns every considered input with its new id, or NULL when
--- skipped. One notification per queue that received jobs.
+-- The jobs of p_jobs (a JSON array of job objects, see enqueue_batch) as
+-- rows with the defaults applied, with their 1-based position. A plain SQL
+-- function, so the planner inlines it into the statements that use it.
+CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb)
+RETURNS TABLE (
+    ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamptz,
+    status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text,
+    serial_key text, backoff_base real, backoff_factor real, backoff_max real,
+    backoff_jitter real
+)
+LANGUAGE sql STABLE AS $$
+    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb), coalesce(r.queue, 'default'),
+           coalesce(r.priority, 0)::smallint, t.run_at,
+           CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+           coalesce(r.max_attempts, 5), coalesce(r.lease_seconds, 60), r.dedup_key, r.serial_key,
+           r.backoff[1], r.backoff[2], r.backoff[3], r.backoff[4]
+    FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
+        task text, payload jsonb, queue text, priority integer,
+        run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
+        dedup_key text, serial_key text, backoff real[]))
+        WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
+                             lease_seconds, dedup_key, serial_key, backoff, ord)
+    -- delay is added to the database clock, never the client's.
+    CROSS JOIN LATERAL (SELECT coalesce(r.run_at, now() + make_interval(secs => coalesce(r.delay, 0)))
+                        AS run_at) t
+$$;
+
+-- One enqueue attempt for the jobs of p_jobs, or only those at the 1-based
+-- positions p_only, keeping track of positions: the path for batches with
+-- dedup keys. Rows whose dedup key is held by a live job are skipped (ON
+-- CONFLICT DO NOTHING takes no lock on that job, so an open caller
+-- transaction never holds up its worker). Returns every considered input
+-- with its new id, or NULL when skipped. One notification per queue that
+-- received jobs.
 CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
 RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
 LANGUAGE sql AS $$
     WITH input AS MATERIALIZED (
-        SELECT r.ord,
-               nextval('{schema}.jobs_id_seq') AS id,
-               r.task,
-               coalesce(r.payload, '{}'::jsonb) AS payload,
-               coalesce(r.queue, 'default') AS queue,
-               coalesce(r.priority, 0)::smallint AS priority,
-               -- delay is added to the database clock, never the client's.
-               coalesce(r.run_at, now() + make_interval(secs => coalesce(r.delay, 0))) AS run_at,
-               coalesce(r.max_attempts, 5) AS max_attempts,
-               coalesce(r.lease_seconds, 60) AS lease_seconds,
-               r.dedup_key,
-               r.serial_key,
-               r.backoff
-        FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
-            task text, payload jsonb, queue text, priority integer,
-            run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
-            dedup_key text, serial_key text, backoff real[]))
-            WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
-                                 lease_seconds, dedup_key, serial_key, backoff, ord)
-        WHERE p_only IS NULL OR r.ord = ANY (p_only)
+        SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
+        FROM {schema}.enqueue_input(p_jobs) i
+        WHERE p_only IS NULL OR i.ord = ANY (p_only)
     ),
     inserted AS (
         INSERT INTO {schema}.jobs AS j (
             id, task, payload, queue, priority, run_at, status, max_attempts,
             lease_seconds, dedup_key, serial_key,
             backoff_base, backoff_factor, backoff_max, backoff_jitter)
-        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at,
-               CASE WHEN i.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
-               i.max_attempts, i.lease_seconds, i.dedup_key, i.serial_key,
-               i.backoff[1], i.backoff[2], i.backoff[3], i.backoff[4]
+        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
+               i.lease_seconds, i.dedup_key, i.serial_key,
+               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter
         FROM input i
         ORDER BY i.ord
         ON CONFLICT (queue, dedup_key)
@@ -241,10 +251,16 @@ LANGUAGE sql AS $$
         DO NOTHING
         RETURNING j.id, j.queue
     ),
+    new_queues AS (
+        SELECT DISTINCT queue FROM inserted
+    ),
+    registered AS (
+        INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+        ON CONFLICT (name) DO NOTHING
+    ),
     -- Scheduled jobs notify too: idle workers recompute when to wake up.
     notified AS (
-        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n
-        FROM (SELECT DISTINCT queue FROM inserted) n
+        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n FROM new_queues n
     )
     SELECT i.ord, d.id, i.queue, i.dedup_key
     FROM input i
@@ -255,30 +271,63 @@ $$;
 -- Enqueue a batch given as a JSON array of objects
 -- {task, payload, queue, priority, run_at or delay (seconds), max_attempts,
 --  dedup_key, serial_key, lease_seconds, backoff: [base, factor, max, jitter]};
--- absent keys take the defaults. Returns one row per input object, in order:
--- the job id and whether it was created (false: a live job with the same
+-- absent keys take the defaults. A caller that knows whether any job has a
+-- dedup key may pass {"jobs": [...], "dedup": true|false} instead, which
+-- saves a pass over the jobs (a wrong false fails on the dedup index, it
+-- never skips dedup). Queues are registered from the rows actually inserted.
+-- Returns one row per job, in input order: the job
+-- id and whether it was created (false: a live job with the same
 -- (queue, dedup_key) exists and its id is returned).
 CREATE FUNCTION {schema}.enqueue_batch(p_jobs jsonb)
 RETURNS TABLE (job_id bigint, created boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
+    v_jobs    jsonb := p_jobs;
+    v_dedup   boolean;
     v_rows    {schema}.enqueued[];
     v_missing bigint[];
 BEGIN
-    INSERT INTO {schema}.queues AS q (name)
-    SELECT DISTINCT coalesce(r.queue, 'default')
-    FROM jsonb_to_recordset(p_jobs) AS r(queue text)
-    ON CONFLICT (name) DO NOTHING;
+    IF jsonb_typeof(p_jobs) = 'object' THEN
+        v_jobs := p_jobs -> 'jobs';
+        v_dedup := (p_jobs ->> 'dedup')::boolean;
+    END IF;
+    IF v_dedup IS NULL THEN
+        v_dedup := jsonb_path_exists(v_jobs, '$[*] ? (exists(@.dedup_key))');
+    END IF;
 
-    IF NOT jsonb_path_exists(p_jobs, '$[*] ? (exists(@.dedup_key))') THEN
-        -- Nothing can conflict: one statement, ids in input order.
-        RETURN QUERY SELECT e.job_id, true FROM {schema}.enqueue_rows(p_jobs) e ORDER BY e.ord;
+    IF NOT v_dedup THEN
+        -- Nothing can conflict: one plain insert. Ids are drawn from the
+        -- sequence in input order, so sorted ids are in input order too.
+        RETURN QUERY
+        WITH inserted AS (
+            INSERT INTO {schema}.jobs AS j (
+                id, task, payload, queue, priority, run_at, status, max_attempts,
+                lease_seconds, dedup_key, serial_key, backoff_base, backoff_factor,
+                backoff_max, backoff_jitter)
+            SELECT nextval('{schema}.jobs_id_seq'), i.task, i.payload, i.queue, i.priority,
+                   i.run_at, i.status, i.max_attempts, i.lease_seconds, i.dedup_key,
+                   i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
+                   i.backoff_jitter
+            FROM {schema}.enqueue_input(v_jobs) i
+            RETURNING j.id, j.queue
+        ),
+        new_queues AS (
+            SELECT DISTINCT queue FROM inserted
+        ),
+        registered AS (
+            INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+            ON CONFLICT (name) DO NOTHING
+        ),
+        notified AS (
+            SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n FROM new_queues q
+        )
+        SELECT d.id, true FROM inserted d CROSS JOIN notified ORDER BY d.id;
         RETURN;
     END IF;
 
     SELECT array_agg(ROW(e.ord, e.job_id, e.job_id IS NOT NULL, e.queue, e.dedup_key)::{schema}.enqueued)
-    INTO v_rows FROM {schema}.enqueue_rows(p_jobs) e;
+    INTO v_rows FROM {schema}.enqueue_rows(v_jobs) e;
     FOR attempt IN 1..10 LOOP
         -- A new statement, so a new snapshot: it sees the live duplicate that
         -- made the insert skip (committed before, or inserted by this batch).
@@ -302,7 +351,7 @@ BEGIN
                              r.created OR e.job_id IS NOT NULL, r.queue, r.dedup_key)::{schema}.enqueued)
         INTO v_rows
         FROM unnest(v_rows) r
-        LEFT JOIN {schema}.enqueue_rows(p_jobs, v_missing) e ON e.ord = r.ord;
+        LEFT JOIN {schema}.enqueue_rows(v_jobs, v_missing) e ON e.ord = r.ord;
     END LOOP;
     RAISE EXCEPTION 'pgqueue: dedup keys kept changing under this enqueue; retry it'
         USING ERRCODE = '40001';
@@ -384,7 +433,12 @@ CREATE FUNCTION {schema}.lease_jobs(
     lease_expires_at timestamptz,
     lease_seconds    integer
 )
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Plan every statement with the table as it is now. A plan cached while the
+-- table was empty (or before autovacuum analyzed a sudden backlog) would scan
+-- and sort the whole table on every lease.
+SET plan_cache_mode = force_custom_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_now     timestamptz := coalesce(p_now, clock_timestamp());

@@ -15,7 +15,7 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 
 -- name: job_ack_many
 -- Finish leased jobs successfully (cancelled if a cancel was requested while
--- they ran). Returns the ids that still held their lease.
+-- they ran). Returns the (id, attempt_id) pairs that still held their lease.
 WITH done AS (
     SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[])
         AS d(job_id, attempt_id, result)
@@ -29,7 +29,7 @@ WITH done AS (
     WHERE j.id = ANY (%(job_ids)s::bigint[])  -- primary-key lookups, not a scan of running jobs
       AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
     RETURNING j.id, j.status, j.notify_finish, j.attempt_id, j.attempts, j.worker_id,
-              j.attempt_started_at, j.finished_at
+              j.attempt_started_at, j.finished_at, j.queue
 ), cancelled_attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
@@ -37,14 +37,20 @@ WITH done AS (
            f.worker_id, 'cancelled', 'cancelled while running'
     FROM finished f WHERE f.status = 'cancelled'
 ), notified AS (
-    SELECT count(pg_notify({channel}, 'f:' || f.id)) AS n FROM finished f WHERE f.notify_finish
+    -- Finished: tell result() waiters; a freed slot of a concurrency-limited
+    -- queue: tell its workers (unlimited queues send nothing here).
+    SELECT count(pg_notify({channel}, n.payload)) AS n
+    FROM (SELECT 'f:' || f.id AS payload FROM finished f WHERE f.notify_finish
+          UNION
+          SELECT DISTINCT 'j:' || f.queue FROM finished f
+          WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
-SELECT f.id FROM finished f CROSS JOIN notified;
+SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified;
 
 -- name: job_fail_many
 -- Record failed attempts: requeue with the given retry time or the job's
 -- backoff, or dead-letter (permanent, or attempts exhausted), or cancel (a
--- cancel was requested). Returns (id, status) of the jobs that held their lease.
+-- cancel was requested). Returns (id, attempt_id, status) of the attempts that held their lease.
 WITH failed AS (
     SELECT * FROM unnest(
         %(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(outcomes)s::{schema}.attempt_outcome[],
@@ -78,7 +84,7 @@ WITH failed AS (
         last_error = left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)
     FROM decided d
     WHERE j.id = ANY (%(job_ids)s::bigint[]) AND j.id = d.job_id
-    RETURNING j.id, j.status, j.queue
+    RETURNING j.id, j.attempt_id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id,
@@ -95,9 +101,10 @@ WITH failed AS (
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
           SELECT DISTINCT 'j:' || u.queue FROM updated u
-          WHERE u.status IN ('queued', 'scheduled')) n
+          WHERE u.status IN ('queued', 'scheduled')
+             OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
-SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
+SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified;
 
 -- name: job_nack_many
 -- Hand leased jobs back unrun: queued again at their old place, the attempt
@@ -118,7 +125,7 @@ WITH released AS (
         lease_expires_at = NULL
     FROM old o
     WHERE j.id = ANY (%(job_ids)s::bigint[]) AND j.id = o.id
-    RETURNING j.id, j.status, j.queue
+    RETURNING j.id, j.attempt_id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id)
@@ -130,7 +137,7 @@ WITH released AS (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM updated WHERE status = 'queued') q
 )
-SELECT u.id FROM updated u CROSS JOIN notified;
+SELECT u.id, u.attempt_id FROM updated u CROSS JOIN notified;
 
 -- name: job_extend_many
 -- Heartbeat: push the leases of running jobs to now + seconds. Returns, for
@@ -152,9 +159,21 @@ FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[]) AS c(job_id, attem
 LEFT JOIN {schema}.jobs j ON j.id = c.job_id;
 
 -- name: job_next_due
--- Seconds until the earliest scheduled job becomes due (NULL: none scheduled),
--- on the server's clock so that client clock skew does not matter.
-SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.jobs WHERE status = 'scheduled';
+-- Seconds until the earliest scheduled job becomes due or a full rate-limit
+-- window of one of these queues (NULL: all) frees a slot; NULL when neither.
+-- On the server's clock so that client clock skew does not matter.
+SELECT extract(epoch FROM least(
+    (SELECT min(run_at) FROM {schema}.jobs WHERE status = 'scheduled'),
+    (SELECT min(w.next_slot) FROM (
+        SELECT min(l.leased_at) + q.rate_period AS next_slot
+        FROM {schema}.queues q
+        JOIN {schema}.queue_lease_log l
+          ON l.queue = q.name AND l.leased_at > now() - q.rate_period
+        WHERE q.rate_limit IS NOT NULL
+          AND (%(queues)s::text[] IS NULL OR q.name = ANY (%(queues)s::text[]))
+        GROUP BY q.name, q.rate_limit, q.rate_period
+        HAVING count(*) >= q.rate_limit) w)
+) - now())::float8;
 
 -- name: job_watch_finish
 -- Ask for a notification when a live job finishes. No row: the job is not

@@ -1,0 +1,59 @@
+"""``pgqueue grant``: give a database role least-privilege rights on the schema."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pgqueue import grants
+from pgqueue.errors import InvalidOption
+from pgqueue_cli import output
+from pgqueue_cli.context import state
+
+
+def grant(
+    role: Annotated[
+        str, typer.Option("--role", help="The database role (it must exist).", show_default=False)
+    ],
+    producer: Annotated[
+        bool, typer.Option("--producer", help="Enqueue, and read jobs and results.")
+    ] = False,
+    worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker",
+            help="A producer that also runs workers: lease, complete, heartbeat, reap, schedule.",
+        ),
+    ] = False,
+    admin: Annotated[
+        bool,
+        typer.Option("--admin", help="Everything: cancel, requeue, archive, prune, migrate..."),
+    ] = False,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the statements instead of running them.")
+    ] = False,
+) -> None:
+    """Grant a role exactly what a producer, a worker or an admin needs.
+
+    Run it as the owner of the schema (or a superuser) after `pgqueue
+    migrate`, and again after a migration that adds tables. A producer cannot
+    change jobs except by enqueuing; a worker cannot cancel, requeue, archive
+    or prune; only an admin can migrate (as a member of the schema's owner,
+    unless that owner is a superuser).
+
+    Examples:
+
+      pgqueue grant --role web --producer
+
+      pgqueue grant --role jobs --worker --sql > grant-jobs.sql
+    """
+    chosen = (producer, worker, admin)
+    kinds = [kind for kind, on in zip(grants.KINDS, chosen, strict=True) if on]
+    if len(kinds) != 1:
+        raise InvalidOption("give exactly one of --producer, --worker or --admin")
+    text = grants.grant(role, kinds[0], dsn=state.dsn, schema=state.schema, dry_run=sql)
+    if sql:
+        typer.echo("\n".join(text))
+    else:
+        output.info(f'granted {kinds[0]} rights on schema "{state.schema}" to role "{role}"')

@@ -1,0 +1,273 @@
+"""Least-privilege database roles for one pgqueue schema (``pgqueue grant``).
+
+Three kinds, each a superset of the one before:
+
+``producer``
+    Enqueue (the SQL functions ``enqueue`` and ``enqueue_batch``, which run as
+    their owner since revision 0003) and read jobs: ``get_job``,
+    ``list_jobs``, ``result``. No INSERT, UPDATE or DELETE on any table, except
+    the one column ``result()`` sets to be told by NOTIFY when a job ends.
+``worker``
+    What ``pgqueue worker`` (and the low-level consumer API) does: lease, ack,
+    fail, nack, extend, heartbeats, the reaper and the scheduler. It updates
+    only the job columns those write, so it cannot cancel a job (that sets
+    ``cancel_requested``) or requeue a dead one (``max_attempts``), and it may
+    not delete anything but its own bookkeeping: archive and prune are refused.
+``admin``
+    Every privilege on every object of the schema (cancel, requeue, archive,
+    prune, pause, limits, schedules). ``migrate`` and ``maintenance`` (VACUUM)
+    need the rights of the schema's *owner*, which no GRANT on objects gives:
+    the admin is made a member of the owner role, unless the owner is a
+    superuser (membership would hand out superuser; then those two commands
+    stay with the owner).
+
+Privileges are granted on the objects that exist now: run ``pgqueue grant``
+again after a migration that adds tables. Every statement is composed with
+:mod:`psycopg.sql` from a validated role name and schema name; the statements
+run in one transaction, as the connecting role (the schema's owner or a
+superuser), so a role gets all of its privileges or none.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import psycopg
+from psycopg import sql
+
+from pgqueue import validation
+from pgqueue.config import resolve_dsn
+from pgqueue.database import ErrorTranslator, connection_params, migrate_command
+from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
+from pgqueue.version import SCHEMA_REVISION
+
+__all__ = ["KINDS", "Kind", "grant", "grant_statements", "role_name"]
+
+Kind = Literal["producer", "worker", "admin"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+
+# PostgreSQL truncates longer identifiers (with a NOTICE) to 63 bytes, which
+# could name another role than the one asked for.
+MAX_ROLE_BYTES = 63
+_CONTROL_OR_SURROGATE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# Quoted or not, "public" in a GRANT means every role; "none" is reserved.
+_RESERVED = {"public", "none"}
+
+# (privileges, tables) granted per kind, on top of the previous kind's.
+# The privileges are constants of this module, composed as SQL; the tables are
+# identifiers.
+_PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # The App reads the schema revision before its first statement.
+    ("SELECT", ("alembic_version", "jobs", "jobs_archive", "job_attempts")),
+    # result() flags the job so that whoever finishes it sends NOTIFY 'f:<id>'.
+    ("UPDATE (notify_finish)", ("jobs",)),
+)
+_WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # The columns lease, ack, fail, nack, extend and the reaper write; not
+    # cancel_requested (cancel), max_attempts (requeue), nor the job's definition.
+    (
+        "UPDATE (status, attempts, attempt_id, worker_id, attempt_started_at,"
+        " lease_expires_at, finished_at, run_at, last_error, result)",
+        ("jobs",),
+    ),
+    ("INSERT", ("job_attempts",)),
+    # Leasing locks a rate- or concurrency-limited queue's row (SELECT ... FOR
+    # UPDATE), which takes UPDATE on some column; updated_at is the harmless one.
+    ("SELECT, UPDATE (updated_at)", ("queues",)),
+    ("SELECT, INSERT, DELETE", ("queue_lease_log",)),
+    ("SELECT, INSERT, UPDATE, DELETE", ("workers",)),
+    # The scheduler fires schedules and registers @app.periodic ones (no DELETE).
+    ("SELECT, INSERT, UPDATE", ("schedules",)),
+)
+# Explicit EXECUTE, so that a database whose default privileges withhold
+# EXECUTE from PUBLIC works too. Names are unique in the schema: no signatures.
+_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "visible_status")
+_WORKER_FUNCTIONS = ("lease_jobs", "retry_delay", "queue_oldest_ready")
+_WORKER_SEQUENCES = ("attempt_id_seq",)
+
+
+def role_name(name: object) -> str:
+    """A role name to grant to: 1-63 bytes, no control characters, not PUBLIC."""
+    if not isinstance(name, str) or not name or _CONTROL_OR_SURROGATE.search(name):
+        raise InvalidName(
+            f"invalid role name {name!r}: must be a non-empty string without control "
+            "characters or lone surrogates"
+        )
+    if len(name.encode("utf-8")) > MAX_ROLE_BYTES:
+        raise InvalidName(
+            f"invalid role name {name[:80]!r}: PostgreSQL role names have at most "
+            f"{MAX_ROLE_BYTES} bytes"
+        )
+    if name.lower() in _RESERVED:
+        raise InvalidName(f"refusing to grant to {name!r}: in a GRANT it means every role (PUBLIC)")
+    if name.lower().startswith("pg_"):
+        raise InvalidName(f"refusing to grant to {name!r}: pg_* are PostgreSQL's own roles")
+    return name
+
+
+def kind_name(kind: object) -> Kind:
+    for known in KINDS:
+        if kind == known:
+            return known
+    raise InvalidOption(f"unknown role kind {kind!r}: one of {', '.join(KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The role owning the schema, and whether it is a superuser."""
+
+    name: str
+    superuser: bool
+
+
+def grant_statements(
+    role: str, kind: str, schema: str = "pgqueue", owner: Owner | None = None
+) -> list[sql.Composed]:
+    """The GRANT statements giving ``role`` the rights of ``kind`` on ``schema``
+    (no I/O). ``owner``: the schema's owner, whom an admin becomes a member of."""
+    role, kind, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
+    grantee = sql.Identifier(role)
+    statements: list[sql.Composed] = [
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), grantee)
+    ]
+    if kind == "admin":
+        for objects, privileges in (
+            ("TABLES", "ALL PRIVILEGES"),
+            ("SEQUENCES", "ALL PRIVILEGES"),
+            ("FUNCTIONS", "EXECUTE"),
+        ):
+            statements.append(
+                sql.SQL("GRANT {} ON ALL {} IN SCHEMA {} TO {}").format(
+                    sql.SQL(privileges), sql.SQL(objects), sql.Identifier(schema), grantee
+                )
+            )
+        if owner is not None and not owner.superuser and owner.name != role:
+            statements.append(sql.SQL("GRANT {} TO {}").format(sql.Identifier(owner.name), grantee))
+        return statements
+    tables = _PRODUCER_TABLES + (_WORKER_TABLES if kind == "worker" else ())
+    functions = _PRODUCER_FUNCTIONS + (_WORKER_FUNCTIONS if kind == "worker" else ())
+    for privileges, names in tables:
+        statements.append(
+            sql.SQL("GRANT {} ON TABLE {} TO {}").format(
+                sql.SQL(privileges), _qualified(schema, names), grantee
+            )
+        )
+    if kind == "worker":
+        statements.append(
+            sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(
+                _qualified(schema, _WORKER_SEQUENCES), grantee
+            )
+        )
+    statements.append(
+        sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(_qualified(schema, functions), grantee)
+    )
+    return statements
+
+
+def _qualified(schema: str, names: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(schema, name) for name in names)
+
+
+def _notes(kind: Kind, schema: str, owner: Owner) -> list[str]:
+    if kind != "admin":
+        return []
+    # A role name may hold a line break: it must not end a comment of --sql output.
+    owner = Owner(_CONTROL_OR_SURROGATE.sub("?", owner.name), owner.superuser)
+    if owner.superuser:
+        return [
+            "-- migrate and maintenance (VACUUM) need the rights of the owner of schema",
+            f'-- "{schema}", "{owner.name}": a superuser, so they stay with it (membership',
+            "-- would make the admin a superuser).",
+        ]
+    return [
+        f'-- migrate and maintenance (VACUUM) need the rights of "{owner.name}", the owner of',
+        f'-- schema "{schema}": the admin becomes a member of it, with whatever else it owns.',
+    ]
+
+
+def grant(
+    role: str,
+    kind: str,
+    *,
+    dsn: str | None = None,
+    schema: str = "pgqueue",
+    dry_run: bool = False,
+) -> list[str]:
+    """Give ``role`` (an existing database role) the privileges of ``kind``
+    (``"producer"``, ``"worker"`` or ``"admin"``) on ``schema``, in one
+    transaction; returns the SQL (``--`` comments, then the statements).
+    ``dry_run``: only return it. Run it as the schema's owner or a superuser,
+    after ``pgqueue migrate``."""
+    role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
+    target = resolve_dsn(dsn)
+    translate = ErrorTranslator(schema, target)
+    try:
+        with psycopg.connect(connection_params(target)) as conn:
+            owner = _check(conn, role, schema)
+            statements = grant_statements(role, known, schema, owner)
+            text = [
+                f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
+                *_notes(known, schema, owner),
+                *(f"{statement.as_string(conn)};" for statement in statements),
+            ]
+            if not dry_run:
+                _execute(conn, statements, schema)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise PermissionDenied(
+            f"{exc.diag.message_primary}: run pgqueue grant as the owner of schema "
+            f'"{schema}" or a superuser'
+        ) from None
+    except psycopg.Error as exc:
+        raise translate(exc) from None
+    return text
+
+
+def _check(conn: psycopg.Connection[Any], role: str, schema: str) -> Owner:
+    """The schema's owner, once the role exists and the schema is at this version."""
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+        raise InvalidName(
+            f'role "{role}" does not exist: create it first, e.g. CREATE ROLE "{role}" LOGIN'
+        )
+    row = conn.execute(
+        "SELECT r.rolname, r.rolsuper, to_regclass(format('%%I.alembic_version', n.nspname))"
+        " IS NOT NULL FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner"
+        " WHERE n.nspname = %s",
+        (schema,),
+    ).fetchone()
+    revision = None
+    if row is not None and row[2]:
+        version = conn.execute(
+            sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
+        ).fetchone()
+        revision = version[0] if version else None
+    if row is None or revision != SCHEMA_REVISION:
+        state = "is not migrated" if revision is None else f"is at revision {revision}"
+        raise SchemaNotMigrated(
+            f'schema "{schema}" {state}; this pgqueue grants on revision {SCHEMA_REVISION}: '
+            f"run `{migrate_command(schema)}` first"
+        )
+    return Owner(row[0], row[1])
+
+
+def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], schema: str) -> None:
+    """Run the statements in one transaction. A GRANT of privileges the
+    connecting role cannot pass on succeeds with a WARNING and grants nothing
+    (or part): such warnings roll everything back."""
+    warnings: list[str] = []
+
+    def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
+        if diagnostic.severity_nonlocalized == "WARNING":
+            warnings.append(diagnostic.message_primary or "")
+
+    conn.add_notice_handler(collect)
+    with conn.transaction():
+        for statement in statements:
+            conn.execute(statement)
+        if warnings:
+            raise PermissionDenied(
+                f'this role may not grant every privilege on schema "{schema}" '
+                f"({warnings[0]}, and {len(warnings) - 1} more): nothing was granted; run "
+                f'pgqueue grant as the owner of schema "{schema}" or a superuser'
+            )

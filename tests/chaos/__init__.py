@@ -1,0 +1,1 @@
+"""The fault-injection suite: ``pytest -m chaos`` runs it alone."""
