@@ -99,3 +99,67 @@ def test_lease_function_uses_the_ready_index(busy_table: JobFactory, db_dsn: str
         ]
         assert seq_scans_of_jobs == [], json.dumps(plan, indent=1)
         assert "jobs" in scanned
+
+
+def _explained_plans(conn: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
+    """Run ``statement`` with auto_explain on; the plans of its nested statements."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET auto_explain.log_format = 'json'")
+    conn.execute("SET auto_explain.log_level = 'notice'")
+    conn.execute(statement).fetchall()
+    conn.execute("SET auto_explain.log_min_duration = -1")
+    plans = []
+    for message in notices:
+        _, _, text = message.partition("\n")
+        if '"Query Text"' in text:
+            plans.append(json.loads(text))
+    return plans
+
+
+def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn: str) -> None:
+    """lease_jobs keeps its plans across calls (migration 0004). A plan cached
+    while the table was tiny must not turn into a scan of the whole table once
+    a backlog arrives, before autovacuum has analyzed it: the plan's shape is
+    pinned to the partial indexes, whatever the statistics say."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except psycopg.Error as error:
+            if is_ci(os.environ):
+                pytest.fail(f"CI=true but auto_explain cannot be loaded: {error}")
+            pytest.skip(f"auto_explain is not available: {error}")
+        # A long-lived worker session on an almost empty table: after five
+        # custom plans the server may switch to cached generic ones.
+        for _ in range(12):
+            job_factory.insert_many(1, queue="mail", status="queued")
+            assert conn.execute(
+                "SELECT job_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 5)"
+            ).fetchall()
+        job_factory.insert_many(100_000, queue="mail", status="succeeded", finished=True)
+        job_factory.insert_many(20_000, queue="mail", status="queued", priority_modulo=5)
+
+        plans = _explained_plans(conn, "SELECT * FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 5)")
+
+    assert plans, "auto_explain reported no plans"
+    for plan in plans:
+        nodes = plan_nodes(plan["Plan"])
+        seq_scans = [
+            n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
+        ]
+        assert seq_scans == [], json.dumps(plan, indent=1)
+    picking = [p for p in plans if "status = 'queued' AND" in p["Query Text"]]
+    assert picking, f"no plan of the lease's pick in {len(plans)} plans"
+    for plan in picking:
+        nodes = plan_nodes(plan["Plan"])
+        assert "jobs_ready_idx" in {n.get("Index Name") for n in nodes}, json.dumps(plan, indent=1)
+        # The ready index gives the order: no sort of the scanned jobs (the
+        # one sort left orders the returned batch, keyed on the CTE's rows).
+        pick_sorts = [
+            n
+            for n in nodes
+            if n["Node Type"] == "Sort" and any(k.startswith("j.") for k in n["Sort Key"])
+        ]
+        assert pick_sorts == [], json.dumps(plan, indent=1)

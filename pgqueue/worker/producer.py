@@ -70,8 +70,10 @@ class Producer:
             delay = ERROR_BACKOFF[0]
             for job in jobs:
                 executor.start(job, leased_at)
+            if jobs:
+                # Let the tasks just started run before this loop's next round trip.
+                await asyncio.sleep(0)
             if len(jobs) == want:
-                await asyncio.sleep(0)  # let finished jobs free their slots first
                 continue
             await wait_any(self.wake, self.stopping, timeout=await self._idle_timeout())
 
