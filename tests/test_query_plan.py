@@ -60,32 +60,45 @@ def test_lease_scan_uses_the_ready_index(busy_table: JobFactory) -> None:
     assert not any(n["Node Type"] == "Sort" for n in nodes), json.dumps(document, indent=1)
 
 
-def test_lease_function_uses_the_ready_index(busy_table: JobFactory, db_dsn: str) -> None:
-    """The real lease_jobs(), whose plans auto_explain reports from inside plpgsql."""
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error as error:
-            if is_ci(os.environ):
-                pytest.fail(f"CI=true but auto_explain cannot be loaded: {error}")
-            pytest.skip(f"auto_explain is not available: {error}")
-        conn.execute("SET auto_explain.log_min_duration = 0")
-        conn.execute("SET auto_explain.log_nested_statements = on")
-        conn.execute("SET auto_explain.log_format = 'json'")
-        conn.execute("SET auto_explain.log_level = 'notice'")
-        notices: list[str] = []
-        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+def _load_auto_explain(conn: psycopg.Connection[Any]) -> None:
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as error:
+        if is_ci(os.environ):
+            pytest.fail(f"CI=true but auto_explain cannot be loaded: {error}")
+        pytest.skip(f"auto_explain is not available: {error}")
 
-        leased = conn.execute(
-            "SELECT job_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'explain-worker', 10)"
-        ).fetchall()
 
-    assert len(leased) == 10
+def _explained(
+    conn: psycopg.Connection[Any], statement: str
+) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """Run ``statement`` with auto_explain (loaded) on: its rows, and the plans
+    of the statements it ran, nested ones included."""
+    notices: list[str] = []
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    conn.execute("SET auto_explain.log_min_duration = 0")
+    conn.execute("SET auto_explain.log_nested_statements = on")
+    conn.execute("SET auto_explain.log_format = 'json'")
+    conn.execute("SET auto_explain.log_level = 'notice'")
+    rows = conn.execute(statement).fetchall()
+    conn.execute("SET auto_explain.log_min_duration = -1")
     plans = []
     for message in notices:
         _, _, text = message.partition("\n")
         if '"Query Text"' in text:
             plans.append(json.loads(text))
+    return rows, plans
+
+
+def test_lease_function_uses_the_ready_index(busy_table: JobFactory, db_dsn: str) -> None:
+    """The real lease_jobs(), whose plans auto_explain reports from inside plpgsql."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _load_auto_explain(conn)
+        leased, plans = _explained(
+            conn, "SELECT job_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'explain-worker', 10)"
+        )
+
+    assert len(leased) == 10
     # The pick filters on ready jobs; staging only *sets* status = 'queued'.
     picking = [p for p in plans if "status = 'queued' AND" in p["Query Text"]]
     assert picking, f"no plan of the lease's pick in {len(plans)} plans"
@@ -101,36 +114,13 @@ def test_lease_function_uses_the_ready_index(busy_table: JobFactory, db_dsn: str
         assert "jobs" in scanned
 
 
-def _explained_plans(conn: psycopg.Connection[Any], statement: str) -> list[dict[str, Any]]:
-    """Run ``statement`` with auto_explain on; the plans of its nested statements."""
-    notices: list[str] = []
-    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
-    conn.execute("SET auto_explain.log_min_duration = 0")
-    conn.execute("SET auto_explain.log_nested_statements = on")
-    conn.execute("SET auto_explain.log_format = 'json'")
-    conn.execute("SET auto_explain.log_level = 'notice'")
-    conn.execute(statement).fetchall()
-    conn.execute("SET auto_explain.log_min_duration = -1")
-    plans = []
-    for message in notices:
-        _, _, text = message.partition("\n")
-        if '"Query Text"' in text:
-            plans.append(json.loads(text))
-    return plans
-
-
 def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn: str) -> None:
     """lease_jobs keeps its plans across calls (migration 0004). A plan cached
     while the table was tiny must not turn into a scan of the whole table once
     a backlog arrives, before autovacuum has analyzed it: the plan's shape is
     pinned to the partial indexes, whatever the statistics say."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error as error:
-            if is_ci(os.environ):
-                pytest.fail(f"CI=true but auto_explain cannot be loaded: {error}")
-            pytest.skip(f"auto_explain is not available: {error}")
+        _load_auto_explain(conn)
         # A long-lived worker session on an almost empty table: after five
         # custom plans the server may switch to cached generic ones.
         for _ in range(12):
@@ -141,7 +131,7 @@ def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn:
         job_factory.insert_many(100_000, queue="mail", status="succeeded", finished=True)
         job_factory.insert_many(20_000, queue="mail", status="queued", priority_modulo=5)
 
-        plans = _explained_plans(conn, "SELECT * FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 5)")
+        _, plans = _explained(conn, "SELECT * FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 5)")
 
     assert plans, "auto_explain reported no plans"
     for plan in plans:
