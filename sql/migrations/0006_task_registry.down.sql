@@ -1,0 +1,231 @@
+-- Reverts 0006_task_registry: no registry, settings or per-task limits;
+-- lease_jobs, enqueue_input and enqueue as of 0004. Jobs and schedules with
+-- max_attempts 0 (unlimited) get the default 5.
+CREATE OR REPLACE FUNCTION {schema}.enqueue_input(p_jobs jsonb)
+RETURNS TABLE (
+    ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamptz,
+    status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text,
+    serial_key text, backoff_base real, backoff_factor real, backoff_max real,
+    backoff_jitter real
+)
+LANGUAGE sql STABLE AS $$
+    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb), coalesce(r.queue, 'default'),
+           coalesce(r.priority, 0)::smallint, t.run_at,
+           CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+           coalesce(r.max_attempts, 5), coalesce(r.lease_seconds, 60), r.dedup_key, r.serial_key,
+           r.backoff[1], r.backoff[2], r.backoff[3], r.backoff[4]
+    FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
+        task text, payload jsonb, queue text, priority integer,
+        run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
+        dedup_key text, serial_key text, backoff real[]))
+        WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
+                             lease_seconds, dedup_key, serial_key, backoff, ord)
+    -- delay is added to the database clock, never the client's.
+    CROSS JOIN LATERAL (SELECT coalesce(r.run_at, now() + make_interval(secs => coalesce(r.delay, 0)))
+                        AS run_at) t
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.enqueue(
+    task         text,
+    payload      jsonb DEFAULT '{}',
+    queue        text DEFAULT 'default',
+    priority     integer DEFAULT 0,
+    run_at       timestamptz DEFAULT now(),
+    max_attempts integer DEFAULT NULL,
+    dedup_key    text DEFAULT NULL,
+    serial_key   text DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF task IS NULL OR btrim(task) = '' OR length(task) > 255 OR task ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'pgqueue: invalid task name %', quote_literal(left(coalesce(task, 'NULL'), 80))
+            USING ERRCODE = '22023',
+                  HINT = 'task names are 1 to 255 characters without control characters';
+    END IF;
+    IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'pgqueue: invalid queue name %', quote_literal(left(coalesce(queue, 'NULL'), 140))
+            USING ERRCODE = '22023',
+                  HINT = 'queue names are 1 to 128 characters from A-Z a-z 0-9 _ . : -';
+    END IF;
+    IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
+        RAISE EXCEPTION 'pgqueue: payload must be a JSON object'
+            USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_path_exists(payload,
+            'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects'
+            USING ERRCODE = '22023';
+    END IF;
+    IF dedup_key = '' OR serial_key = '' THEN
+        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be NULL or non-empty'
+            USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(dedup_key) > 1024 OR octet_length(serial_key) > 1024 THEN
+        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be at most 1024 bytes'
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
+        RAISE EXCEPTION 'pgqueue: max_attempts must be at least 1'
+            USING ERRCODE = '22023';
+    END IF;
+    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
+        RAISE EXCEPTION 'pgqueue: priority must be a smallint'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT b.job_id INTO v_id
+    FROM {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+        'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
+        'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
+        'dedup_key', dedup_key, 'serial_key', serial_key)))) AS b;
+    RETURN v_id;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.lease_jobs(
+    p_queues    text[],
+    p_worker_id text,
+    p_limit     integer,
+    p_lease_seconds integer DEFAULT NULL,   -- NULL: each job's own lease_seconds
+    p_now       timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    job_id           bigint,
+    attempt_id       bigint,
+    attempt          integer,
+    task             text,
+    queue            text,
+    payload          jsonb,
+    lease_expires_at timestamptz,
+    lease_seconds    integer
+)
+LANGUAGE plpgsql
+-- Plan every statement with the table as it is now. A plan cached while the
+-- table was empty (or before autovacuum analyzed a sudden backlog) would scan
+-- and sort the whole table on every lease.
+SET plan_cache_mode = auto
+SET enable_seqscan = off
+SET enable_sort = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now     timestamptz := coalesce(p_now, clock_timestamp());
+    v_left    integer := p_limit;
+    v_cap     integer;
+    v_got     integer;
+    v_queue   record;
+    v_ctl     record;
+    v_staged  text[];
+BEGIN
+    -- Stage due scheduled jobs (any queue); other queues' workers are told.
+    WITH due AS MATERIALIZED (
+        SELECT id FROM {schema}.jobs
+        WHERE status = 'scheduled' AND run_at <= v_now
+        ORDER BY run_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    ), staged AS (
+        UPDATE {schema}.jobs j SET status = 'queued'
+        WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+        RETURNING j.queue
+    )
+    SELECT array_agg(DISTINCT s.queue) INTO v_staged FROM staged s;
+    IF v_staged IS NOT NULL THEN
+        PERFORM pg_notify({channel}, 'j:' || s) FROM unnest(v_staged) s;
+    END IF;
+
+    FOR v_queue IN
+        SELECT q.name, q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL AS limited
+        FROM {schema}.queues q
+        WHERE NOT q.paused AND (p_queues IS NULL OR q.name = ANY (p_queues))
+        ORDER BY random()   -- no queue is always served first
+    LOOP
+        EXIT WHEN v_left <= 0;
+        v_cap := v_left;
+
+        IF v_queue.limited THEN
+            SELECT q.paused, q.concurrency_limit, q.rate_limit, q.rate_period INTO v_ctl
+            FROM {schema}.queues q WHERE q.name = v_queue.name
+            FOR UPDATE;
+            CONTINUE WHEN v_ctl.paused;
+            IF p_now IS NULL THEN
+                v_now := clock_timestamp();  -- leases of this queue are ordered by the lock
+            END IF;
+            IF v_ctl.concurrency_limit IS NOT NULL THEN
+                v_cap := least(v_cap, v_ctl.concurrency_limit - (
+                    SELECT count(*) FROM {schema}.jobs j
+                    WHERE j.queue = v_queue.name AND j.status = 'running'
+                      AND j.lease_expires_at > v_now)::integer);
+            END IF;
+            IF v_ctl.rate_limit IS NOT NULL THEN
+                DELETE FROM {schema}.queue_lease_log l
+                WHERE l.queue = v_queue.name AND l.leased_at <= v_now - v_ctl.rate_period;
+                v_cap := least(v_cap, v_ctl.rate_limit - (
+                    SELECT count(*) FROM {schema}.queue_lease_log l
+                    WHERE l.queue = v_queue.name)::integer);
+            END IF;
+            CONTINUE WHEN v_cap <= 0;
+        END IF;
+
+        RETURN QUERY
+        WITH picked AS MATERIALIZED (
+            -- MATERIALIZED keeps LIMIT + SKIP LOCKED in one scan; inlined, the
+            -- planner may re-run the subquery per joined row.
+            SELECT j.id FROM {schema}.jobs j
+            WHERE j.queue = v_queue.name AND j.status = 'queued' AND j.run_at <= v_now
+              AND (j.serial_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {schema}.jobs s
+                    WHERE s.serial_key = j.serial_key
+                      AND s.status IN ('queued', 'scheduled', 'running')
+                      AND (s.id < j.id OR s.status = 'running')))
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT v_cap
+            FOR UPDATE SKIP LOCKED
+        )
+        , leased AS (
+        UPDATE {schema}.jobs j
+        SET status = 'running',
+            attempts = j.attempts + 1,
+            attempt_id = nextval('{schema}.attempt_id_seq'),
+            worker_id = p_worker_id,
+            attempt_started_at = v_now,
+            lease_expires_at = v_now + make_interval(secs => coalesce(p_lease_seconds, j.lease_seconds))
+        -- = ANY(ARRAY(...)): primary-key lookups; a join lets the planner
+        -- hash the whole table instead.
+        WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+        RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
+                  coalesce(p_lease_seconds, j.lease_seconds) AS lease_seconds, j.priority, j.run_at
+        )
+        SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
+               l.lease_seconds
+        FROM leased l
+        ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
+
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        IF v_queue.limited AND v_got > 0 THEN
+            IF v_ctl.rate_limit IS NOT NULL THEN
+                INSERT INTO {schema}.queue_lease_log (queue, leased_at)
+                SELECT v_queue.name, v_now FROM generate_series(1, v_got);
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+UPDATE {schema}.jobs SET max_attempts = 5 WHERE max_attempts = 0;
+UPDATE {schema}.schedules SET max_attempts = NULL WHERE max_attempts = 0;
+ALTER TABLE {schema}.schedules DROP CONSTRAINT schedules_max_attempts_check;
+ALTER TABLE {schema}.schedules ADD CONSTRAINT schedules_max_attempts_check
+    CHECK (max_attempts > 0);
+ALTER TABLE {schema}.workers DROP COLUMN tasks, DROP COLUMN lost_at;
+DROP INDEX {schema}.job_attempts_finished_idx;
+DROP INDEX {schema}.jobs_finished_at_idx;
+DROP INDEX {schema}.jobs_running_task_idx;
+DROP TABLE {schema}.task_lease_log;
+DROP TABLE {schema}.task_settings;
+DROP TABLE {schema}.tasks;
