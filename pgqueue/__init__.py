@@ -10,6 +10,8 @@ Enqueued(job_id=1, created=True)
 
 from pgqueue.app import App
 from pgqueue.context import JobContext
+
+# Task registry, settings, statistics, workers (0006).
 from pgqueue.errors import (
     ConnectionFailed,
     DatabaseError,
@@ -34,6 +36,7 @@ from pgqueue.errors import (
     ResultTimeout,
     ScheduleNotFound,
     SchemaNotMigrated,
+    TaskNotFound,
 )
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
@@ -48,8 +51,14 @@ from pgqueue.models import (
     QueueMetrics,
     Schedule,
     TableVacuum,
+    TaskInfo,
+    TaskSettings,
+    TaskStats,
+    UnknownTaskJobs,
+    WorkerInfo,
 )
 from pgqueue.retry import Backoff, Permanent, Retry
+from pgqueue.router import RoutedTask, Router
 from pgqueue.task import Task
 from pgqueue.version import __version__
 
@@ -97,4 +106,13 @@ __all__ = [
     "TableVacuum",
     "Task",
     "__version__",
+    # Task registry, settings, statistics, workers, routing (0006).
+    "RoutedTask",
+    "Router",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskSettings",
+    "TaskStats",
+    "UnknownTaskJobs",
+    "WorkerInfo",
 ]

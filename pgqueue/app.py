@@ -28,6 +28,11 @@ from pgqueue.models import (
     QueueMetrics,
     Schedule,
     TableVacuum,
+    TaskInfo,
+    TaskSettings,
+    TaskStats,
+    UnknownTaskJobs,
+    WorkerInfo,
 )
 from pgqueue.ops import (
     DEFAULT_TASK,
@@ -41,6 +46,7 @@ from pgqueue.ops import (
     schedules,
 )
 from pgqueue.ops import health as health_ops
+from pgqueue.ops import tasks as task_ops
 from pgqueue.payloads import encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
@@ -87,6 +93,8 @@ class App:
         self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
         self.listen = listen
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Operators' live task settings, as a worker of this App last read them.
+        self.live_task_settings: dict[str, TaskSettings] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
         self.database = Database(
@@ -746,6 +754,109 @@ class App:
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         return await health.run_async(self.database, health_ops.check(self.op_context, settings))
 
+    # --- task registry, settings, limits, statistics, workers -----------------
+
+    def set_task_options(
+        self,
+        task: str,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        lease_seconds: float | None = None,
+        priority: int | None = None,
+        retry: Backoff | None = None,
+        unset: Sequence[str] = (),
+    ) -> None:
+        """Override a task's settings in the database, for every worker from
+        its next lease (no restart): ``max_attempts`` (0: unlimited),
+        ``timeout``, ``lease_seconds``, ``priority`` (for jobs enqueued
+        without one) and ``retry``. None leaves a field as it is; name fields
+        in ``unset`` to go back to the code's defaults."""
+        self.database.run(task_ops.set_options(task, _options(locals()), unset))
+
+    async def set_task_options_async(
+        self,
+        task: str,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        lease_seconds: float | None = None,
+        priority: int | None = None,
+        retry: Backoff | None = None,
+        unset: Sequence[str] = (),
+    ) -> None:
+        """Async twin of :meth:`set_task_options`."""
+        await self.database.run_async(task_ops.set_options(task, _options(locals()), unset))
+
+    def set_task_limit(
+        self, task: str, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Limit how many jobs of ``task`` run at once across all workers and
+        how many start per period (``rate="100/1m"``); None lifts a limit.
+        Other tasks of the same queue are not held back."""
+        self.database.run(task_ops.set_limit(task, concurrency, rate))
+
+    async def set_task_limit_async(
+        self, task: str, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Async twin of :meth:`set_task_limit`."""
+        await self.database.run_async(task_ops.set_limit(task, concurrency, rate))
+
+    def get_task(self, name: str) -> TaskInfo:
+        """A task as the database knows it (published defaults, settings,
+        live workers); raises TaskNotFound."""
+        return self.database.run(task_ops.get_task(name))
+
+    async def get_task_async(self, name: str) -> TaskInfo:
+        """Async twin of :meth:`get_task`."""
+        return await self.database.run_async(task_ops.get_task(name))
+
+    def list_tasks(self) -> list[TaskInfo]:
+        """Every task published by a worker or with settings."""
+        return self.database.run(task_ops.list_tasks())
+
+    async def list_tasks_async(self) -> list[TaskInfo]:
+        """Async twin of :meth:`list_tasks`."""
+        return await self.database.run_async(task_ops.list_tasks())
+
+    def task_stats(
+        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+    ) -> dict[str, TaskStats]:
+        """Run statistics per task for jobs and attempts finished since
+        ``since`` (a datetime, or an age such as ``"1h"``; default 24 h)."""
+        return self.database.run(task_ops.task_stats(task, since))
+
+    async def task_stats_async(
+        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+    ) -> dict[str, TaskStats]:
+        """Async twin of :meth:`task_stats`."""
+        return await self.database.run_async(task_ops.task_stats(task, since))
+
+    def unknown_tasks(self) -> list[UnknownTaskJobs]:
+        """Tasks of waiting jobs that no live worker knows (status, doctor)."""
+        return self.database.run(task_ops.unknown_tasks())
+
+    async def unknown_tasks_async(self) -> list[UnknownTaskJobs]:
+        """Async twin of :meth:`unknown_tasks`."""
+        return await self.database.run_async(task_ops.unknown_tasks())
+
+    def list_workers(self) -> list[WorkerInfo]:
+        """Registered workers with their state: alive, stale or lost."""
+        return self.database.run(task_ops.list_workers())
+
+    async def list_workers_async(self) -> list[WorkerInfo]:
+        """Async twin of :meth:`list_workers`."""
+        return await self.database.run_async(task_ops.list_workers())
+
+    def forget_worker(self, worker_id: str, force: bool = False) -> bool:
+        """Remove a worker's registration (refused, False, while it is alive
+        unless ``force``); its jobs are left to the reaper."""
+        return self.database.run(task_ops.forget_worker(worker_id, force))
+
+    async def forget_worker_async(self, worker_id: str, force: bool = False) -> bool:
+        """Async twin of :meth:`forget_worker`."""
+        return await self.database.run_async(task_ops.forget_worker(worker_id, force))
+
     # --- worker -----------------------------------------------------------------
 
     def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
@@ -780,3 +891,8 @@ class App:
 
 def _no_clock() -> datetime | None:
     return None
+
+
+def _options(args: dict[str, Any]) -> dict[str, Any]:
+    """The task options among a set_task_options call's arguments."""
+    return {k: args[k] for k in task_ops.OPTION_FIELDS}

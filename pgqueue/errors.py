@@ -130,3 +130,7 @@ class PermissionDenied(DatabaseError):
 
 class PoolExhausted(ConnectionFailed):
     """Every connection of the pool stayed busy for the whole wait timeout."""
+
+
+class TaskNotFound(PgQueueError, LookupError):
+    """No worker published a task of that name and it has no settings."""

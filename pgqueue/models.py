@@ -179,3 +179,95 @@ class TableVacuum:
     dead_tuples_before: int
     dead_tuples_after: int
     total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """What an operator set for a task (``set_task_options``,
+    ``set_task_limit``); None fields fall back to the task's code defaults
+    (or carry no limit). ``retry`` is ``[base, factor, max, jitter]``."""
+
+    max_attempts: int | None = None
+    lease_seconds: int | None = None
+    timeout: float | None = None
+    priority: int | None = None
+    retry: list[float] | None = None
+    concurrency: int | None = None
+    rate: str | None = None  # "COUNT/SECONDSs", e.g. "100/60s"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """A task as the database knows it: the defaults declared in its code
+    (as the last worker that published it declared them; None when no worker
+    published it), the operator's settings, the live workers that have it and
+    how many of its jobs run now."""
+
+    name: str
+    queue: str | None
+    priority: int | None
+    max_attempts: int | None
+    lease_seconds: int | None
+    timeout: float | None
+    retry: list[float] | None
+    published_by: str | None
+    first_seen_at: datetime | None
+    last_seen_at: datetime | None
+    settings: TaskSettings
+    workers: list[str]
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """Run statistics of one task over a time window: attempts that ran,
+    jobs that succeeded, attempts that failed, jobs dead-lettered or
+    cancelled, failed attempts that were retried, duration (last attempt's
+    start to finish) and wait (run_at to the last attempt's start) in seconds,
+    and the latest error."""
+
+    task: str
+    runs: int
+    succeeded: int
+    failed: int
+    dead: int
+    cancelled: int
+    retries: int
+    duration_p50: float | None
+    duration_p95: float | None
+    duration_max: float | None
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_max: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker: ``state`` is ``"alive"``, ``"stale"`` (heartbeat
+    late) or ``"lost"`` (declared lost at ``lost_at``); ``running`` counts the
+    jobs it still holds."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str] | None
+    concurrency: int
+    tasks: list[str] | None
+    started_at: datetime
+    last_heartbeat_at: datetime
+    lost_at: datetime | None
+    heartbeat_age_seconds: float
+    state: str
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownTaskJobs:
+    """Live jobs of a task that no live worker knows: they wait (workers
+    without the task hand them back) until the grace period dead-letters
+    them as ``unknown_task``."""
+
+    task: str
+    jobs: int
+    oldest_age_seconds: float

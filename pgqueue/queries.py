@@ -68,6 +68,20 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
+    # task registry, task settings and limits, task stats, worker states (0006)
+    "task_publish",
+    "task_settings_all",
+    "task_settings_upsert",
+    "task_limits_set",
+    "task_settings_prune",
+    "task_list",
+    "task_wait_context",
+    "task_unknown_waiting",
+    "task_stats",
+    "worker_mark_lost",
+    "worker_prune_lost",
+    "worker_forget",
+    "worker_list_states",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -48,7 +48,7 @@ class Task(Generic[P, R]):
         self.name = validation.task_name(name or getattr(func, "__name__", ""))
         self.queue = validation.queue_name(queue)
         self.priority = validation.priority(priority)
-        self.max_attempts = validation.positive_int("max_attempts", max_attempts)
+        self.max_attempts = validation.max_attempts(max_attempts)
         self.retry = retry
         self.lease_seconds = max(
             1, round(validation.seconds("lease_seconds", lease_seconds, allow_zero=False))

@@ -91,6 +91,15 @@ def positive_int(name: str, value: object, maximum: int = 2**31 - 1) -> int:
     return value
 
 
+def max_attempts(value: object, name: str = "max_attempts") -> int:
+    """A max_attempts: 0 means unlimited (retry forever), else 1 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31 - 1:
+        raise InvalidOption(
+            f"{name} must be an integer from 0 (unlimited) to {2**31 - 1}, got {value!r}"
+        )
+    return value
+
+
 def seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
     """Seconds from a number or timedelta; finite and not negative."""
     if isinstance(value, timedelta):

@@ -30,6 +30,10 @@ class Failure:
     retry_at: datetime | None = None
     retry_delay: float | None = None
     permanent: bool = False
+    # Set for a task the worker does not know: within this many seconds of
+    # the job's creation (or while a live worker knows the task) the job is
+    # handed back after retry_delay, not counted; afterwards it goes dead.
+    unknown_task_grace: float | None = None
 
 
 def storable(text: str) -> str:
@@ -163,6 +167,7 @@ def _fail(ctx: OpContext, failures: list[Failure]) -> Op[dict[int, str]]:
             "error_codes": [storable(f.error_code) for f in failures],
             "error_messages": [storable(f.error_message) for f in failures],
             "tracebacks": [f.traceback and storable(f.traceback) for f in failures],
+            "graces": [f.unknown_task_grace for f in failures],
             "now": ctx.clock(),
         },
     )

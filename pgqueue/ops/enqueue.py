@@ -51,17 +51,28 @@ class _JobBuilder:
         task = validation.task_name(spec.task)
         defaults = self.ctx.task_defaults(task)
         obj: dict[str, Any] = {"task": task}
+        if defaults is DEFAULT_TASK:
+            # The App does not know the task: send only what the caller gave
+            # (even values equal to the built-in defaults) and let the
+            # database fill in the rest from the task registry.
+            obj["lookup"] = True
+            if spec.queue is not None:
+                obj["queue"] = validation.queue_name(spec.queue)
+            if spec.priority is not None:
+                obj["priority"] = validation.priority(spec.priority)
+            if spec.max_attempts is not None:
+                obj["max_attempts"] = validation.max_attempts(spec.max_attempts)
+            return obj
         queue = validation.queue_name(spec.queue if spec.queue is not None else defaults.queue)
         if queue != DEFAULT_TASK.queue:
             obj["queue"] = queue
-        priority = validation.priority(
-            spec.priority if spec.priority is not None else defaults.priority
-        )
-        if priority:
-            obj["priority"] = priority
-        max_attempts = validation.positive_int(
-            "max_attempts",
-            spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts,
+        if spec.priority is not None:
+            obj["priority"] = validation.priority(spec.priority)
+        elif defaults.priority:
+            # Below an operator's priority setting (pgqueue task set --priority).
+            obj["default_priority"] = defaults.priority
+        max_attempts = validation.max_attempts(
+            spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
         )
         if max_attempts != DEFAULT_TASK.max_attempts:
             obj["max_attempts"] = max_attempts

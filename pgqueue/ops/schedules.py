@@ -87,7 +87,7 @@ class ScheduleSpec:
             payload=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
             queue=validation.queue_name(queue) if queue is not None else None,
             priority=validation.priority(priority) if priority is not None else None,
-            max_attempts=validation.positive_int("max_attempts", max_attempts)
+            max_attempts=validation.max_attempts(max_attempts)
             if max_attempts is not None
             else None,
             enabled=enabled,

@@ -83,6 +83,11 @@ class RunningJob:
 class Executor:
     """Starts jobs and turns their endings into completions."""
 
+    #: Seconds after enqueue during which a job of a task this worker does not
+    #: know is handed back instead of dead-lettered (set by the Worker).
+    unknown_task_grace: float = 3600.0
+    worker_id: str | None = None
+
     def __init__(self, app: App, concurrency: int, completer: Completer) -> None:
         self.app = app
         self.concurrency = concurrency
@@ -116,6 +121,8 @@ class Executor:
         rj = RunningJob(job, task, leased_at)
         self.running[job.job_id] = rj
         if task is None:
+            # Handed back for a worker that knows the task (a rolling deploy);
+            # dead-lettered only after the grace period (see job_fail_many).
             self._record_failure(
                 rj,
                 Failure(
@@ -123,8 +130,10 @@ class Executor:
                     job.attempt_id,
                     AttemptOutcome.FAILED,
                     "unknown_task",
-                    f"no task named {job.task!r} is registered in this worker",
+                    f"no task named {job.task!r} is registered in worker "
+                    f"{self.worker_id or '?'}",
                     permanent=True,
+                    unknown_task_grace=self.unknown_task_grace,
                 ),
             )
             return
@@ -167,8 +176,16 @@ class Executor:
             rj.handle = self.loop.run_in_executor(self.threads, partial(task.func, **kwargs))
             rj.handle.add_done_callback(partial(self._sync_done, rj))
             self.threads_busy += 1
-        if task.timeout is not None:
-            rj.timer = self.loop.call_later(task.timeout, self._on_timeout, rj)
+        live = self.app.live_task_settings.get(job.task)
+        timeout = live.timeout if live is not None and live.timeout is not None else task.timeout
+        if timeout is not None:
+            rj.timer = self.loop.call_later(timeout, self._on_timeout, rj)
+        lease = live.lease_seconds if live is not None and live.lease_seconds else None
+        if lease is None and job.lease_seconds != task.lease_seconds:
+            # Enqueued by name by a producer that did not know the task (and
+            # before any worker published it): apply this task's lease.
+            rj.extend_to = float(task.lease_seconds)
+            self.heartbeat_wake()
         if self.log_starts:
             self.jlog.debug(
                 "job started",
@@ -213,7 +230,10 @@ class Executor:
         self._record_failure(rj, self._timeout_failure(rj))
 
     def _timeout_failure(self, rj: RunningJob) -> Failure:
-        timeout = rj.task.timeout if rj.task is not None else None
+        live = self.app.live_task_settings.get(rj.job.task)
+        timeout = live.timeout if live is not None and live.timeout is not None else None
+        if timeout is None:
+            timeout = rj.task.timeout if rj.task is not None else None
         return Failure(
             rj.job.job_id,
             rj.job.attempt_id,

@@ -20,6 +20,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import Execute, Op, consume
+from pgqueue.worker import registry
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ log = structlog.get_logger("pgqueue.worker")
 REGISTRY_INTERVAL = 5.0
 
 
-def _upsert_worker(query: str, settings: WorkerSettings) -> Op[None]:
+def _upsert_worker(query: str, settings: WorkerSettings, tasks: list[str]) -> Op[None]:
     yield Execute(
         query,  # type: ignore[arg-type]
         {
@@ -41,6 +42,7 @@ def _upsert_worker(query: str, settings: WorkerSettings) -> Op[None]:
             "pid": os.getpid(),
             "queues": list(settings.queues) if settings.queues is not None else None,
             "concurrency": settings.concurrency,
+            "tasks": tasks,
         },
         fetch="none",
     )
@@ -68,7 +70,10 @@ class Heartbeat:
         executor.heartbeat_wake = self.wake.set
 
     async def register(self) -> None:
-        await self.app.database.run_async(_upsert_worker("worker_register", self.settings))
+        await self.app.database.run_async(
+            _upsert_worker("worker_register", self.settings, sorted(self.app.tasks))
+        )
+        await registry.publish(self.app, self.settings.worker_id)
 
     async def deregister(self) -> None:
         try:
@@ -91,8 +96,9 @@ class Heartbeat:
                     await self._poll_cancels()
                 if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
                     await self.app.database.run_async(
-                        _upsert_worker("worker_heartbeat", self.settings)
+                        _upsert_worker("worker_heartbeat", self.settings, sorted(self.app.tasks))
                     )
+                    await registry.refresh_settings(self.app)
                     last_registry = time.monotonic()
             except DatabaseError as exc:
                 log.warning("heartbeat failed; retrying", error=str(exc))

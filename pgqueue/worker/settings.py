@@ -7,8 +7,10 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from pgqueue import validation
+from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidOption
 
 
@@ -30,6 +32,9 @@ class WorkerSettings:
     - ``scheduler``: run the cron scheduler in this worker.
     - ``reap_interval``: seconds between reaper runs.
     - ``heartbeat_interval``: seconds between heartbeat ticks.
+    - ``unknown_task_grace``: seconds after enqueue during which jobs of a
+      task this worker does not know are handed back (for a worker that
+      knows it) instead of dead-lettered as ``unknown_task`` (default 1 h).
     """
 
     queues: tuple[str, ...] | None = None
@@ -45,6 +50,7 @@ class WorkerSettings:
     install_signal_handlers: bool = True
     log_level: str | None = None
     log_format: str | None = None
+    unknown_task_grace: float = 3600.0
 
     @classmethod
     def build(
@@ -63,6 +69,7 @@ class WorkerSettings:
         install_signal_handlers: bool = True,
         log_level: str | None = None,
         log_format: str | None = None,
+        unknown_task_grace: float | timedelta | str = 3600.0,
     ) -> WorkerSettings:
         names = None
         if queues is not None:
@@ -91,4 +98,10 @@ class WorkerSettings:
             install_signal_handlers=bool(install_signal_handlers),
             log_level=log_level,
             log_format=log_format,
+            unknown_task_grace=validation.seconds(
+                "unknown_task_grace",
+                parse_duration(unknown_task_grace)
+                if isinstance(unknown_task_grace, str)
+                else unknown_task_grace,
+            ),
         )

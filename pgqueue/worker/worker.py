@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from pgqueue.errors import DatabaseError
+from pgqueue.worker import registry
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -70,6 +71,8 @@ class Worker:
         completer = Completer(app)
         executor = Executor(app, settings.concurrency, completer)
         completer.executor = executor
+        executor.unknown_task_grace = settings.unknown_task_grace
+        executor.worker_id = settings.worker_id
         producer = Producer(app, settings, executor, self.stopping)
         listener = Listener(app, self._dispatch_to(producer, executor), producer.wake.set)
         heartbeat = Heartbeat(
@@ -184,6 +187,9 @@ class Worker:
                 producer.notify(value)
             elif kind == "s":
                 self.schedules_changed.set()
+            elif kind == "t":  # a task's live settings or limits changed
+                registry.refresh_soon(self.app)
+                producer.wake.set()
             elif kind == "c":
                 try:
                     executor.cancel(int(value))

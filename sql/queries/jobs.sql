@@ -55,30 +55,51 @@ WITH failed AS (
     SELECT * FROM unnest(
         %(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(outcomes)s::{schema}.attempt_outcome[],
         %(retry_ats)s::timestamptz[], %(retry_delays)s::float8[], %(permanent)s::boolean[],
-        %(error_codes)s::text[], %(error_messages)s::text[], %(tracebacks)s::text[])
+        %(error_codes)s::text[], %(error_messages)s::text[], %(tracebacks)s::text[],
+        %(graces)s::float8[])
         AS f(job_id, attempt_id, outcome, retry_at, retry_delay, permanent, error_code,
-             error_message, traceback)
+             error_message, traceback, grace)
 ), decided AS (
     SELECT f.*, j.attempts, j.attempt_started_at, j.worker_id, j.notify_finish,
            CASE WHEN j.cancel_requested THEN 'cancelled'
-                WHEN f.permanent OR j.attempts >= j.max_attempts THEN 'dead'
+                -- A task this worker does not know: handed back (not counted)
+                -- within the grace period, or while a live worker knows it.
+                WHEN f.grace IS NOT NULL AND (
+                    j.created_at > coalesce(%(now)s::timestamptz, now()) - make_interval(secs => f.grace)
+                    OR EXISTS (SELECT 1 FROM {schema}.workers w
+                               WHERE j.task = ANY (w.tasks) AND w.lost_at IS NULL
+                                 AND w.last_heartbeat_at > now() - interval '1 minute'))
+                    THEN 'defer'
+                WHEN f.permanent OR (j.max_attempts > 0 AND j.attempts >= j.max_attempts) THEN 'dead'
                 ELSE 'retry' END AS next,
-           coalesce(f.retry_at, coalesce(%(now)s::timestamptz, now()) + coalesce(
+           CASE WHEN f.grace IS NOT NULL THEN
+               -- Handed back: soon when a live worker knows the task, else
+               -- later the longer the job has waited (at most a minute).
+               coalesce(%(now)s::timestamptz, now()) + make_interval(secs => (0.75 + 0.5 * random())
+                   * CASE WHEN EXISTS (SELECT 1 FROM {schema}.workers w
+                                       WHERE j.task = ANY (w.tasks) AND w.lost_at IS NULL
+                                         AND w.last_heartbeat_at > now() - interval '1 minute')
+                          THEN 0.5
+                          ELSE least(60.0, greatest(1.0, extract(epoch FROM
+                                   coalesce(%(now)s::timestamptz, now()) - j.created_at) / 10.0))
+                     END)
+           ELSE coalesce(f.retry_at, coalesce(%(now)s::timestamptz, now()) + coalesce(
                make_interval(secs => f.retry_delay),
                {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
-                                    j.backoff_max, j.backoff_jitter))) AS next_run_at
+                                    j.backoff_max, j.backoff_jitter))) END AS next_run_at
     FROM failed f
     JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.status = 'running'
     WHERE j.id = ANY (%(job_ids)s::bigint[])
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
-    SET status = CASE d.next
-            WHEN 'retry' THEN CASE WHEN d.next_run_at > coalesce(%(now)s::timestamptz, now())
-                                   THEN 'scheduled' ELSE 'queued' END
+    SET status = CASE WHEN d.next IN ('retry', 'defer')
+            THEN CASE WHEN d.next_run_at > coalesce(%(now)s::timestamptz, now())
+                      THEN 'scheduled' ELSE 'queued' END
             ELSE d.next END::{schema}.job_status,
-        run_at = CASE WHEN d.next = 'retry' THEN d.next_run_at ELSE j.run_at END,
-        finished_at = CASE WHEN d.next = 'retry' THEN NULL
+        run_at = CASE WHEN d.next IN ('retry', 'defer') THEN d.next_run_at ELSE j.run_at END,
+        attempts = CASE WHEN d.next = 'defer' THEN j.attempts - 1 ELSE j.attempts END,
+        finished_at = CASE WHEN d.next IN ('retry', 'defer') THEN NULL
                            ELSE coalesce(%(now)s::timestamptz, now()) END,
         lease_expires_at = NULL,
         last_error = left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)
@@ -90,7 +111,8 @@ WITH failed AS (
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id,
          error_code, error_message, traceback)
     SELECT d.attempt_id, d.job_id, d.attempts,
-           CASE WHEN d.next = 'cancelled' THEN 'cancelled' ELSE d.outcome END,
+           CASE WHEN d.next = 'cancelled' THEN 'cancelled'
+                WHEN d.next = 'defer' THEN 'released' ELSE d.outcome END,
            d.attempt_started_at, coalesce(%(now)s::timestamptz, now()), d.worker_id,
            d.error_code, d.error_message, d.traceback
     FROM decided d
@@ -98,7 +120,7 @@ WITH failed AS (
     -- Finished: tell result() waiters. Retried: tell the queue's workers when to wake.
     SELECT count(pg_notify({channel}, n.payload)) AS n
     FROM (SELECT 'f:' || d.job_id AS payload FROM decided d
-          WHERE d.notify_finish AND d.next <> 'retry'
+          WHERE d.notify_finish AND d.next NOT IN ('retry', 'defer')
           UNION
           SELECT DISTINCT 'j:' || u.queue FROM updated u
           WHERE u.status IN ('queued', 'scheduled')

@@ -14,7 +14,7 @@ WITH expired AS MATERIALIZED (
 ), decided AS (
     SELECT j.id, j.attempt_id, j.attempts, j.worker_id, j.attempt_started_at, j.notify_finish,
            CASE WHEN j.cancel_requested THEN 'cancelled'
-                WHEN j.attempts >= j.max_attempts THEN 'dead'
+                WHEN j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN 'dead'
                 ELSE 'retry' END AS next,
            coalesce(%(now)s::timestamptz, now())
                + {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,

@@ -1,17 +1,19 @@
 -- Worker registry and heartbeats.
 
 -- name: worker_register
-INSERT INTO {schema}.workers (id, host, pid, queues, concurrency)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s)
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, tasks)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(tasks)s::text[])
 ON CONFLICT (id) DO UPDATE
 SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, last_heartbeat_at = now();
+    concurrency = EXCLUDED.concurrency, tasks = EXCLUDED.tasks, last_heartbeat_at = now(),
+    lost_at = NULL;
 
 -- name: worker_heartbeat
 -- Mark the worker alive (re-registering it if a cleanup removed it).
-INSERT INTO {schema}.workers (id, host, pid, queues, concurrency)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s)
-ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now();
+-- A worker declared lost that speaks again is alive again.
+INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, tasks)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(tasks)s::text[])
+ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(), lost_at = NULL;
 
 -- name: worker_deregister
 DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
