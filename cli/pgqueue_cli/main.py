@@ -17,7 +17,19 @@ import typer
 
 import pgqueue
 from pgqueue.errors import PgQueueError
-from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
+from pgqueue_cli import (  # task registry (0006)
+    check,
+    dlq,
+    enqueue,
+    grant,
+    jobs,
+    maintenance,
+    queue,
+    schedule,
+    status,
+    task,
+    workers,
+)
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
@@ -105,6 +117,8 @@ def load_app(path: str) -> pgqueue.App:
     except ImportError as exc:
         fail(f"cannot import {module_name!r}: {exc}")
     obj: Any = getattr(module, attribute, None)
+    if isinstance(obj, pgqueue.Router):  # serves every App of the router
+        return obj  # type: ignore[return-value]
     if not isinstance(obj, pgqueue.App):
         fail(f"{path!r} is not a pgqueue.App (got {type(obj).__name__})")
     return obj
@@ -146,6 +160,13 @@ def worker(
     log_format: Annotated[
         str, typer.Option(help="auto (console on a TTY, else JSON), console or json.")
     ] = "auto",
+    unknown_task_grace: Annotated[
+        str,
+        typer.Option(
+            help="How long jobs of a task this worker does not know are handed back "
+            "(for a worker that knows it) before they are dead-lettered, e.g. 10m."
+        ),
+    ] = "1h",
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -154,7 +175,7 @@ def worker(
       pgqueue worker --app myproject.tasks:app --queue mail --concurrency 20
     """
     application = load_app(app_path)
-    if state.dsn and application.dsn != state.dsn:
+    if state.dsn and getattr(application, "dsn", state.dsn) != state.dsn:
         fail("--dsn differs from the App's dsn; configure the App instead")
     application.run_worker(
         queues=queue or None,
@@ -167,6 +188,7 @@ def worker(
         reap_interval=reap_interval,
         log_level=log_level,
         log_format=log_format,
+        unknown_task_grace=unknown_task_grace,
     )
 
 
@@ -183,6 +205,10 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
+# Task registry, settings, limits and stats; workers (0006).
+app.add_typer(task.app)
+app.command()(task.tasks)
+app.add_typer(workers.app)
 
 
 def run() -> None:

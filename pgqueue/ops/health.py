@@ -138,7 +138,8 @@ def _workers_check(dead: list[DeadWorker], timeout: float) -> HealthCheck:
         return HealthCheck(
             "dead_workers",
             True,
-            f"every registered worker sent a heartbeat in the last {timeout:g}s",
+            f"no worker silent for over {timeout:g}s holds running jobs "
+            "(lost workers whose jobs were reaped do not count)",
         )
     names = ", ".join(
         f"{w.id} ({w.host} pid {w.pid}, silent {fmt_span(w.heartbeat_age_seconds)})" for w in dead
@@ -146,7 +147,8 @@ def _workers_check(dead: list[DeadWorker], timeout: float) -> HealthCheck:
     return HealthCheck(
         "dead_workers",
         False,
-        f"{len(dead)} worker{'s' if len(dead) != 1 else ''} silent for over {timeout:g}s: {names}",
+        f"{len(dead)} worker{'s' if len(dead) != 1 else ''} silent for over {timeout:g}s "
+        f"still holding running jobs (the reaper reclaims them when their lease ends): {names}",
     )
 
 

@@ -12,6 +12,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import Execute, Op
+from pgqueue.ops import tasks as task_ops
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pgqueue.worker")
 
 STALE_WORKER_SECONDS = 3600.0
+#: A worker silent this long is declared lost (its jobs go to the reaper by lease expiry).
+LOST_WORKER_SECONDS = 60.0
 STALE_WORKER_CHECK = 300.0
 
 
@@ -38,10 +41,13 @@ async def reap_periodically(app: App, interval: float, stopped: asyncio.Event) -
             reaped = await app.reap_async()
             if reaped:
                 log.warning("reaped jobs whose lease expired", count=reaped)
+            lost = await app.database.run_async(task_ops.mark_lost(LOST_WORKER_SECONDS))
+            if lost:
+                log.warning("workers declared lost (no heartbeat)", workers=lost)
             if time.monotonic() - last_prune > STALE_WORKER_CHECK:
-                gone = await app.database.run_async(_prune_stale_workers(STALE_WORKER_SECONDS))
+                gone = await app.database.run_async(task_ops.prune_lost(STALE_WORKER_SECONDS))
                 if gone:
-                    log.info("forgot workers silent for over an hour", workers=gone)
+                    log.info("forgot workers lost for over an hour", workers=gone)
                 last_prune = time.monotonic()
         except DatabaseError as exc:
             log.warning("reaper failed; retrying next round", error=str(exc))
