@@ -31,6 +31,18 @@ def _attempts(row: dict[str, Any]) -> str:
     return f"{n} attempt{'s' if n != 1 else ''}"
 
 
+def _unknown_task(row: dict[str, Any], context: dict[str, Any]) -> str | None:
+    """Why a job of a task no live worker knows waits, or None."""
+    live = context.get("live_workers") or 0
+    if live and not context.get("live_workers_with_task"):
+        return (
+            f"no live worker knows task {row['task']!r} ({live} live worker"
+            f"{'s' if live != 1 else ''}): it waits for one that does, and is dead-lettered "
+            "as unknown_task once the workers' grace period (default 1h) has passed"
+        )
+    return None
+
+
 def explain_job(
     row: dict[str, Any], context: dict[str, Any], last_attempt: dict[str, Any] | None
 ) -> str:
@@ -100,10 +112,12 @@ def explain_job(
             f" (retry {row['attempts'] + 1} of {row['max_attempts']} after: "
             f"{row['last_error'] or 'an error'})"
         )
+    unknown = _unknown_task(row, context)
     if status == "scheduled":
         return (
             f"{job} is scheduled for {fmt_time(row['run_at'])}, in "
             f"{fmt_span((row['run_at'] - now).total_seconds())}{retry}"
+            + (f"; {unknown}" if unknown else "")
         )
 
     waits = []
@@ -127,6 +141,20 @@ def explain_job(
             f"rate limit: {context['leases_in_window']}/{rate} leases in the window, "
             f"next slot at {fmt_time(context.get('rate_next_slot'))}"
         )
+    task_limit = context.get("concurrency_limit_of_task")
+    if task_limit is not None and context.get("running_of_task", 0) >= task_limit:
+        waits.append(
+            f"task {row['task']!r} at its concurrency limit "
+            f"{context['running_of_task']}/{task_limit} (other tasks of the queue still run)"
+        )
+    task_rate = context.get("rate_limit_of_task")
+    if task_rate is not None and context.get("task_leases_in_window", 0) >= task_rate:
+        waits.append(
+            f"task {row['task']!r} rate limit: {context['task_leases_in_window']}/{task_rate} "
+            "leases in the window"
+        )
+    if unknown:
+        waits.append(unknown)
     if not waits:
         ahead = context.get("jobs_ahead") or 0
         count = ahead if ahead < 10000 else "over 10000"

@@ -71,7 +71,8 @@ def test_by_name_enqueue_from_a_producer_without_the_task_lands_in_its_queue(
         sql_queue = conn.execute(
             "SELECT pgqueue.enqueue('reg_mail', '{}', queue => 'other')"
         ).fetchone()
-    assert sql_id is not None and sql_queue is not None
+    assert sql_id is not None
+    assert sql_queue is not None
     assert row(db_dsn, sql_id[0])["queue"] == "mail"
     assert row(db_dsn, sql_queue[0])["queue"] == "other"
     # A producer that registers the task uses its own code's defaults.
@@ -98,14 +99,16 @@ def test_live_settings_apply_from_the_next_lease_and_unset_restores_code_default
     first = app.enqueue("reg_fail", {"message": "x"}).job_id
     app.set_task_options("reg_fail", max_attempts=2, lease_seconds=300, timeout=12)
     info = app.get_task("reg_fail")
-    assert info.settings.max_attempts == 2 and info.settings.timeout == 12.0
+    assert info.settings.max_attempts == 2
+    assert info.settings.timeout == 12.0
     assert info.max_attempts == 0  # declared in code: unlimited
 
     leased = app.lease("default", "w-test", max=1)
     assert [j.job_id for j in leased] == [first]
     assert leased[0].lease_seconds == 300
     stored = row(db_dsn, first)
-    assert stored["max_attempts"] == 2 and stored["lease_seconds"] == 300
+    assert stored["max_attempts"] == 2
+    assert stored["lease_seconds"] == 300
     assert stored["lease_expires_at"] - stored["attempt_started_at"] == timedelta(seconds=300)
     assert app.fail(leased[0], "boom", retry_at=datetime.now(UTC)) in ("queued", "scheduled")
     again = app.lease("default", "w-test", max=1)
@@ -118,7 +121,8 @@ def test_live_settings_apply_from_the_next_lease_and_unset_restores_code_default
         app.get_task("nosuch")
     assert app.get_task("reg_fail").settings == pgqueue.TaskSettings()
     later = app.lease("default", "w-test", max=1)
-    assert later[0].job_id == second and later[0].lease_seconds == 60
+    assert later[0].job_id == second
+    assert later[0].lease_seconds == 60
 
 
 def test_priority_setting_applies_to_jobs_enqueued_without_one(app: pgqueue.App) -> None:
@@ -157,12 +161,15 @@ def test_max_attempts_zero_retries_forever(app: pgqueue.App, db_dsn: str) -> Non
         assert [j.job_id for j in leased] == [job_id]
         assert app.fail(leased[0], "again", retry_at=datetime.now(UTC)) == "queued"
     job = app.get_job(job_id)
-    assert job.attempts == 8 and job.max_attempts == 0 and job.status == "queued"
+    assert job.attempts == 8
+    assert job.max_attempts == 0
+    assert job.status == "queued"
     leased = app.lease("default", "w", max=1)
     assert app.fail(leased[0], "stop", permanent=True) == "dead"
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         forever = conn.execute("SELECT pgqueue.enqueue('t', max_attempts => 0)").fetchone()
-    assert forever is not None and app.get_job(forever[0]).max_attempts == 0
+    assert forever is not None
+    assert app.get_job(forever[0]).max_attempts == 0
     with pytest.raises(pgqueue.InvalidInput, match="max_attempts"):
         app.enqueue("t", {}, max_attempts=-1)
 
@@ -194,7 +201,8 @@ def test_unknown_task_is_handed_back_within_the_grace_and_dead_after(
     job = app.get_job(job_id, history=True)
     assert job.attempts == 0  # not counted
     assert [a.outcome for a in job.attempt_history] == ["released"]
-    assert job.last_error is not None and job.last_error.startswith("unknown_task")
+    assert job.last_error is not None
+    assert job.last_error.startswith("unknown_task")
     assert "newer_task" in app.explain(job_id)
     register_worker(db_dsn, "old-worker", ["other_task"])
     assert [u.task for u in app.unknown_tasks()] == ["newer_task"]
@@ -234,15 +242,18 @@ def test_task_stats_count_runs_outcomes_retries_and_durations(app: pgqueue.App) 
     assert set(stats) == {"stat_ok", "stat_bad"}
     good = stats["stat_ok"]
     assert (good.runs, good.succeeded, good.failed, good.dead, good.retries) == (3, 3, 0, 0, 0)
-    assert good.duration_p50 is not None and good.duration_max is not None
-    assert good.wait_p95 is not None and good.last_error is None
+    assert good.duration_p50 is not None
+    assert good.duration_max is not None
+    assert good.wait_p95 is not None
+    assert good.last_error is None
     failing = stats["stat_bad"]
     assert (failing.runs, failing.succeeded, failing.failed, failing.dead) == (2, 0, 2, 1)
     assert failing.retries == 1
     assert failing.last_error == "ValueError: second"
     assert set(app.task_stats("stat_ok")) == {"stat_ok"}
     assert app.task_stats(since=datetime.now(UTC) + timedelta(hours=1)) == {}
-    assert len(ok) == 3 and bad
+    assert len(ok) == 3
+    assert bad
 
 
 # --- #13.5: lost workers -----------------------------------------------------------
@@ -258,7 +269,8 @@ def test_lost_worker_stops_failing_check_once_its_jobs_were_reaped(
 
     assert app.database.run(task_ops.mark_lost(60)) == ["gone"]
     states = {w.id: w for w in app.list_workers()}
-    assert states["gone"].state == "lost" and states["gone"].lost_at is not None
+    assert states["gone"].state == "lost"
+    assert states["gone"].lost_at is not None
     assert states["gone"].running == 1
     assert app.reap() == 1
     assert app.get_job(job_id).status in ("scheduled", "queued")

@@ -65,6 +65,8 @@ def status(
     with open_app() as app:
         if not watch:
             show(app.metrics(queue), as_json)
+            if not as_json:
+                task_waits(app)
             return
         try:
             if as_json:
@@ -140,3 +142,16 @@ def _watch_json(app: pgqueue.App, queue: str | None, pause: float, count: int | 
             time.sleep(pause)
         output.print_json(rows(app.metrics(queue)), compact=True)
         done += 1
+
+
+def task_waits(app: pgqueue.App) -> None:
+    """Why jobs wait on their task: at a task limit, or no live worker knows it."""
+    for info in app.list_tasks():
+        limit = info.settings.concurrency
+        if limit is not None and info.running >= limit:
+            output.hint(f"task {info.name!r} is at its concurrency limit {info.running}/{limit}")
+    for unknown in app.unknown_tasks():
+        output.hint(
+            f"{unknown.jobs} job{'s' if unknown.jobs != 1 else ''} of task {unknown.task!r} "
+            f"wait for a worker that knows it (oldest {output.fmt_age(unknown.oldest_age_seconds)})"
+        )

@@ -169,6 +169,14 @@ def _explain(job_id: int) -> Op[str]:
         context = (
             yield Execute("job_wait_context", {"job_id": job_id}, fetch="one", rows="dict")
         ) or {}
+        # The task's limits and whether a live worker knows it (0006).
+        task_context = yield Execute(
+            "task_wait_context",
+            {"task": row["task"], "alive_seconds": 60.0},
+            fetch="one",
+            rows="dict",
+        )
+        context = {**context, **(task_context or {})}
     last_attempt = None
     if row["stored_status"] in ("dead", "cancelled"):
         history = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")

@@ -103,8 +103,8 @@ ORDER BY n.name;
 -- name: task_wait_context
 -- Why a live job of a task may wait on the task: its limits, running count
 -- and recent leases, and whether any live worker knows the task.
-SELECT s.concurrency_limit, s.rate_limit,
-       extract(epoch FROM s.rate_period)::float8 AS rate_period_seconds,
+SELECT s.concurrency_limit AS concurrency_limit_of_task, s.rate_limit AS rate_limit_of_task,
+       extract(epoch FROM s.rate_period)::float8 AS rate_period_of_task_seconds,
        (SELECT count(*) FROM {schema}.jobs r WHERE r.task = %(task)s AND r.status = 'running'
           AND r.lease_expires_at > now()) AS running_of_task,
        (SELECT count(*) FROM {schema}.task_lease_log l WHERE l.task = %(task)s
