@@ -15,6 +15,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import consume
+from pgqueue.worker import registry
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class Producer:
             want = min(free, batch_size)
             self.wake.clear()  # a notification during the lease makes the next wait return
             leased_at = time.monotonic()
+            await registry.settled()  # live task settings changed just now: apply them
             try:
                 jobs = await db.run_async(consume.lease(ctx, self.queues, worker_id, want))
             except DatabaseError as exc:

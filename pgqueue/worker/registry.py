@@ -39,3 +39,10 @@ def refresh_soon(app: App) -> None:
     task = asyncio.get_running_loop().create_task(refresh_settings(app))
     _refreshing.add(task)
     task.add_done_callback(_refreshing.discard)
+
+
+async def settled() -> None:
+    """Wait for refreshes in flight, so that a lease right after a settings
+    change (NOTIFY ``t:`` comes before the jobs' ``j:``) runs with them."""
+    if _refreshing:
+        await asyncio.gather(*list(_refreshing), return_exceptions=True)
