@@ -5,7 +5,7 @@ schemas (#18.6), and `pgqueue tasks` / `task` / `workers` (#13.18, #13.5)."""
 
 from __future__ import annotations
 
-import subprocess
+import json
 import threading
 import time
 from typing import Any
@@ -15,14 +15,8 @@ import pytest
 
 import pgqueue
 from tests.apps.registry import ROUTER_SCHEMAS, build_router
-from tests.fixtures.workers import (
-    REPO_ROOT,
-    Workers,
-    pgqueue_command,
-    subprocess_env,
-    task_events,
-    wait_until,
-)
+from tests.cli_support import invoke, run_json
+from tests.fixtures.workers import Workers, task_events, wait_until
 
 REGISTRY_APP = "tests.apps.registry:app"
 
@@ -207,21 +201,12 @@ def test_cli_tasks_task_and_workers_commands(
     worker = workers.spawn("--concurrency", "1", app=REGISTRY_APP)
     worker_id = worker.wait_registered()["id"]
 
-    def cli(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*pgqueue_command(), *args],
-            cwd=REPO_ROOT,
-            env=subprocess_env(db_dsn),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert (done.returncode == 0) == ok, done.stderr
+    def cli(*args: str, ok: bool = True) -> Any:
+        done = invoke(db_dsn, *args)
+        assert (done.exit_code == 0) == ok, done.stderr
         return done
 
-    import json
-
-    listed = json.loads(cli("tasks", "--json").stdout)
+    listed = run_json(db_dsn, "tasks")  # the installed command, once
     mail = next(t for t in listed if t["name"] == "reg_mail")
     assert mail["queue"] == "mail"
     assert mail["workers"] == [worker_id]
