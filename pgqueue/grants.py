@@ -80,6 +80,12 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SELECT, INSERT, UPDATE, DELETE", ("workers",)),
     # The scheduler fires schedules and registers @app.periodic ones (no DELETE).
     ("SELECT, INSERT, UPDATE", ("schedules",)),
+    # Task registry (0006): workers publish their tasks and read the live
+    # settings; leasing locks a limited task's settings row (SELECT ... FOR
+    # UPDATE, hence UPDATE on the harmless updated_at) and logs its leases.
+    ("SELECT, INSERT, UPDATE", ("tasks",)),
+    ("SELECT, UPDATE (updated_at)", ("task_settings",)),
+    ("SELECT, INSERT, DELETE", ("task_lease_log",)),
 )
 # Explicit EXECUTE, so that a database whose default privileges withhold
 # EXECUTE from PUBLIC works too. Names are unique in the schema: no signatures.

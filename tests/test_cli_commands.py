@@ -485,7 +485,7 @@ def test_check_healthy_then_each_problem_fails_it(db_dsn: str, job_factory: JobF
     assert healthy.returncode == 0, healthy.stdout
     assert healthy.stdout.strip().endswith("healthy")
 
-    stuck = job_factory.insert(status="running", lease_expires_at=-5.0)
+    stuck = job_factory.insert(status="running", lease_expires_at=-5.0, worker_id="w-gone")
     rows(
         db_dsn,
         "INSERT INTO pgqueue.workers (id, host, pid, concurrency, last_heartbeat_at)"

@@ -45,7 +45,11 @@ def test_a_fresh_database_is_healthy(app: pgqueue.App) -> None:
 def test_check_finds_stuck_jobs_dead_workers_and_backlog(
     app: pgqueue.App, job_factory: JobFactory, db_dsn: str
 ) -> None:
-    stuck = [job_factory.insert(status="running", lease_expires_at=-60.0 * i) for i in (1, 2)]
+    # A silent worker fails the check while it holds running jobs (not once reaped).
+    stuck = [
+        job_factory.insert(status="running", lease_expires_at=-60.0 * i, worker_id="gone")
+        for i in (1, 2)
+    ]
     job_factory.insert(status="running", lease_expires_at=60.0)  # alive
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute(

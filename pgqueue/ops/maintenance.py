@@ -151,6 +151,9 @@ VACUUM_TABLES = (
     "queue_lease_log",
     "workers",
     "schedules",
+    "tasks",
+    "task_settings",
+    "task_lease_log",
 )
 
 

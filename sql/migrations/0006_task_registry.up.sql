@@ -8,9 +8,10 @@
 --   task still gets its declared defaults. Which live workers have a task is
 --   workers.tasks.
 -- * task_settings: what operators set (`pgqueue task set|limit`). Live
---   settings (max_attempts, lease_seconds, backoff) are applied by the lease
---   statement to every job of the task it leases from then on; priority to
---   jobs enqueued without an explicit priority; timeout by the Python worker.
+--   settings apply to every job of the task from its next lease on:
+--   lease_seconds by the lease statement, max_attempts and backoff where an
+--   attempt fails (the jobs' own columns are left as enqueued), timeout by
+--   the Python worker, priority to jobs enqueued without one.
 --   Limits (concurrency, rate) are enforced by the lease statement across
 --   all workers, without holding back the other tasks of a queue.
 -- * max_attempts = 0: retry forever (the backoff's max caps the delay).
@@ -178,8 +179,9 @@ END;
 $$;
 
 -- Lease, as in 0001/0004, plus:
---  * live task settings (max_attempts, lease_seconds, backoff) written into
---    each leased job of a task that has them;
+--  * a task's live lease_seconds setting for the lease of each of its jobs
+--    (its max_attempts and backoff settings are read when an attempt fails:
+--    job_fail_many, job_reap_expired);
 --  * per-task limits. A limited task's settings row is locked with SKIP
 --    LOCKED (a task another lease is counting is left to it this time, so
 --    leases never wait on each other for a task, and cannot deadlock), its
@@ -218,7 +220,7 @@ DECLARE
     v_queue   record;
     v_ctl     record;
     v_staged  text[];
-    v_tuned   boolean;      -- some task has live max_attempts/lease/backoff settings
+    v_tuned   boolean;      -- some task has a live lease_seconds setting
     v_limited text[];       -- tasks with a concurrency or rate limit
     v_blocked text[] := '{}';  -- limited tasks this call may not lease (full, or counted by another lease)
     v_caps    jsonb := '{}';   -- free slots of the limited tasks this call holds
@@ -246,8 +248,7 @@ BEGIN
         PERFORM pg_notify({channel}, 'j:' || s) FROM unnest(v_staged) s;
     END IF;
 
-    SELECT coalesce(bool_or(s.max_attempts IS NOT NULL OR s.lease_seconds IS NOT NULL
-                            OR s.backoff IS NOT NULL), false),
+    SELECT coalesce(bool_or(s.lease_seconds IS NOT NULL), false),
            array_agg(s.name) FILTER (WHERE s.concurrency_limit IS NOT NULL OR s.rate_limit IS NOT NULL)
     INTO v_tuned, v_limited
     FROM {schema}.task_settings s;
@@ -309,18 +310,6 @@ BEGIN
                 attempt_id = nextval('{schema}.attempt_id_seq'),
                 worker_id = p_worker_id,
                 attempt_started_at = v_now,
-                max_attempts = CASE WHEN v_tuned THEN coalesce((SELECT s.max_attempts FROM {schema}.task_settings s WHERE s.name = j.task), j.max_attempts)
-                                   ELSE j.max_attempts END,
-                lease_seconds = CASE WHEN v_tuned THEN coalesce((SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task), j.lease_seconds)
-                                    ELSE j.lease_seconds END,
-                backoff_base = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[1] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_base)
-                                   ELSE j.backoff_base END,
-                backoff_factor = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[2] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_factor)
-                                   ELSE j.backoff_factor END,
-                backoff_max = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[3] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_max)
-                                   ELSE j.backoff_max END,
-                backoff_jitter = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[4] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_jitter)
-                                   ELSE j.backoff_jitter END,
                 lease_expires_at = v_now + make_interval(secs => coalesce(p_lease_seconds,
                     CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END,
                     j.lease_seconds))
@@ -328,7 +317,7 @@ BEGIN
             -- hash the whole table instead.
             WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
             RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
-                      coalesce(p_lease_seconds, j.lease_seconds) AS lease_seconds, j.priority, j.run_at
+                      coalesce(p_lease_seconds, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds, j.priority, j.run_at
             )
             SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
                    l.lease_seconds
@@ -412,25 +401,13 @@ BEGIN
                         attempt_id = nextval('{schema}.attempt_id_seq'),
                         worker_id = p_worker_id,
                         attempt_started_at = v_now,
-                        max_attempts = CASE WHEN v_tuned THEN coalesce((SELECT s.max_attempts FROM {schema}.task_settings s WHERE s.name = j.task), j.max_attempts)
-                                   ELSE j.max_attempts END,
-                        lease_seconds = CASE WHEN v_tuned THEN coalesce((SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task), j.lease_seconds)
-                                    ELSE j.lease_seconds END,
-                        backoff_base = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[1] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_base)
-                                   ELSE j.backoff_base END,
-                        backoff_factor = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[2] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_factor)
-                                   ELSE j.backoff_factor END,
-                        backoff_max = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[3] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_max)
-                                   ELSE j.backoff_max END,
-                        backoff_jitter = CASE WHEN v_tuned THEN coalesce((SELECT s.backoff[4] FROM {schema}.task_settings s WHERE s.name = j.task), j.backoff_jitter)
-                                   ELSE j.backoff_jitter END,
                         lease_expires_at = v_now + make_interval(secs => coalesce(p_lease_seconds,
                             CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END,
                     j.lease_seconds))
                     WHERE j.id = ANY (v_take)
                     RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload,
                               j.lease_expires_at,
-                              coalesce(p_lease_seconds, j.lease_seconds) AS lease_seconds,
+                              coalesce(p_lease_seconds, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds,
                               j.priority, j.run_at
                     )
                     SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload,
@@ -477,3 +454,17 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)
 FROM PUBLIC;
+
+-- An admin migrates as a member of the schema owner's role, so the tables
+-- above would belong to the admin; the enqueue and lease functions run as
+-- the owner (SECURITY DEFINER) and must read them: give them to the owner.
+DO $$
+DECLARE
+    v_owner text := (SELECT c.relowner::regrole::text FROM pg_class c
+                     WHERE c.oid = '{schema}.jobs'::regclass);
+BEGIN
+    EXECUTE format('ALTER TABLE {schema}.tasks OWNER TO %s', v_owner);
+    EXECUTE format('ALTER TABLE {schema}.task_settings OWNER TO %s', v_owner);
+    EXECUTE format('ALTER TABLE {schema}.task_lease_log OWNER TO %s', v_owner);
+END;
+$$;

@@ -70,7 +70,7 @@ WITH failed AS (
                                WHERE j.task = ANY (w.tasks) AND w.lost_at IS NULL
                                  AND w.last_heartbeat_at > now() - interval '1 minute'))
                     THEN 'defer'
-                WHEN f.permanent OR (j.max_attempts > 0 AND j.attempts >= j.max_attempts) THEN 'dead'
+                WHEN f.permanent OR (m.max_attempts > 0 AND j.attempts >= m.max_attempts) THEN 'dead'
                 ELSE 'retry' END AS next,
            CASE WHEN f.grace IS NOT NULL THEN
                -- Handed back: soon when a live worker knows the task, else
@@ -85,10 +85,20 @@ WITH failed AS (
                      END)
            ELSE coalesce(f.retry_at, coalesce(%(now)s::timestamptz, now()) + coalesce(
                make_interval(secs => f.retry_delay),
-               {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
-                                    j.backoff_max, j.backoff_jitter))) END AS next_run_at
+               {schema}.retry_delay(j.attempts, m.backoff_base, m.backoff_factor,
+                                    m.backoff_max, m.backoff_jitter))) END AS next_run_at
     FROM failed f
     JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.status = 'running'
+    -- An operator's live max_attempts/backoff for the task (pgqueue task set) wins.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(s.max_attempts, j.max_attempts) AS max_attempts,
+               coalesce(s.backoff[1], j.backoff_base) AS backoff_base,
+               coalesce(s.backoff[2], j.backoff_factor) AS backoff_factor,
+               coalesce(s.backoff[3], j.backoff_max) AS backoff_max,
+               coalesce(s.backoff[4], j.backoff_jitter) AS backoff_jitter
+        FROM (SELECT 1) one
+        LEFT JOIN {schema}.task_settings s ON s.name = j.task
+    ) m
     WHERE j.id = ANY (%(job_ids)s::bigint[])
     FOR UPDATE OF j
 ), updated AS (

@@ -14,12 +14,22 @@ WITH expired AS MATERIALIZED (
 ), decided AS (
     SELECT j.id, j.attempt_id, j.attempts, j.worker_id, j.attempt_started_at, j.notify_finish,
            CASE WHEN j.cancel_requested THEN 'cancelled'
-                WHEN j.max_attempts > 0 AND j.attempts >= j.max_attempts THEN 'dead'
+                WHEN m.max_attempts > 0 AND j.attempts >= m.max_attempts THEN 'dead'
                 ELSE 'retry' END AS next,
            coalesce(%(now)s::timestamptz, now())
-               + {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
-                                      j.backoff_max, j.backoff_jitter) AS next_run_at
+               + {schema}.retry_delay(j.attempts, m.backoff_base, m.backoff_factor,
+                                      m.backoff_max, m.backoff_jitter) AS next_run_at
     FROM {schema}.jobs j
+    -- An operator's live max_attempts/backoff for the task (pgqueue task set) wins.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(s.max_attempts, j.max_attempts) AS max_attempts,
+               coalesce(s.backoff[1], j.backoff_base) AS backoff_base,
+               coalesce(s.backoff[2], j.backoff_factor) AS backoff_factor,
+               coalesce(s.backoff[3], j.backoff_max) AS backoff_max,
+               coalesce(s.backoff[4], j.backoff_jitter) AS backoff_jitter
+        FROM (SELECT 1) one
+        LEFT JOIN {schema}.task_settings s ON s.name = j.task
+    ) m
     WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -125,4 +135,5 @@ ORDER BY s.relname;
 -- pgqueue/ops/maintenance.py lists the same; a test keeps them equal to the
 -- schema). VACUUM refuses a transaction block: autocommit connections only.
 VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
-    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules;
+    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.tasks,
+    {schema}.task_settings, {schema}.task_lease_log;
