@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -174,9 +175,18 @@ class Router:
         own_stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals > 1:  # a second signal exits at once, as for one App
+                os._exit(1)
+            own_stop.set()
+
         if stop is None and options.pop("install_signal_handlers", True):
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, own_stop.set)
+                loop.add_signal_handler(sig, on_signal)
                 installed.append(sig)
         options["install_signal_handlers"] = False
         try:

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 import pgqueue
-from tests.apps.registry import ROUTER_SCHEMAS, build_router
+from examples.router import SCHEMAS as ROUTER_SCHEMAS
+from examples.router import build_router
 from tests.cli_support import invoke, run_json
 from tests.fixtures.workers import Workers, task_events, wait_until
 
@@ -155,24 +156,33 @@ def test_jobs_enqueued_by_name_get_the_workers_lease(workers: Workers, app: pgqu
     assert workers.wait_statuses([later], ["succeeded"])[later] == "succeeded"
 
 
-def test_router_routes_by_shard_key_and_one_worker_serves_both_schemas(
+def test_router_example_routes_by_shard_key_and_one_worker_serves_both_schemas(
     workers: Workers, db_dsn: str
 ) -> None:
+    """The worked example (examples/router.py): two schemas, one worker process."""
     for schema in ROUTER_SCHEMAS:
         pgqueue.App(db_dsn, schema=schema).migrate()
     with build_router(db_dsn) as router:
+        invoice = router.tasks["send_invoice"]
         placed: dict[str, list[int]] = {key: [] for key in ROUTER_SCHEMAS}
         for i in range(20):
-            key, result = router.enqueue("shard_echo", {"value": i}, shard_key=f"user-{i}")
-            assert key == router.key_for("shard_echo", shard_key=f"user-{i}")
+            key, result = invoice.with_options(shard_key=f"customer:{i}").enqueue(
+                customer_id=i, amount_cents=i
+            )
+            assert key == router.key_for("send_invoice", shard_key=f"customer:{i}")
+            assert key == router.key_for("x", shard_key=f"customer:{i}")  # by key only
             placed[key].append(result.job_id)
-        routed_key, _ = router.tasks["shard_echo"].with_options(shard_key="user-3").enqueue(value=3)
-        assert routed_key == router.key_for("shard_echo", shard_key="user-3")
+        key, extra = router.enqueue(
+            "send_invoice", {"customer_id": 99, "amount_cents": 1}, shard_key="customer:99"
+        )
+        placed[key].append(extra.job_id)
         assert all(placed.values()), placed  # both shards got jobs
         with pytest.raises(pgqueue.InvalidOption, match="shard_key"):
-            router.enqueue("shard_echo", {"value": 1})
+            router.enqueue("send_invoice", {"customer_id": 1, "amount_cents": 1})
+        with pytest.raises(pgqueue.InvalidName, match="no App named"):
+            router.get_job("nowhere", 1)
 
-        worker = workers.spawn("--concurrency", "4", app="tests.apps.registry:router")
+        worker = workers.spawn("--concurrency", "4", app="examples.router:router")
 
         def all_done() -> bool | None:
             for key, ids in placed.items():
@@ -183,16 +193,32 @@ def test_router_routes_by_shard_key_and_one_worker_serves_both_schemas(
 
         wait_until(all_done, 60.0, "every routed job to succeed on its shard", [worker])
         for key, ids in placed.items():
-            app = router.apps[key]
-            assert {app.get_job(i).payload["value"] for i in ids} == {
-                router.get_job(key, i).result for i in ids
-            }
+            for job_id in ids:
+                job = router.get_job(key, job_id)
+                assert job.queue == "billing"
+                assert job.result == job.payload
             with psycopg.connect(db_dsn) as conn:
-                count = conn.execute(
-                    f'SELECT count(*) FROM "{key}".jobs WHERE task = %s', ("shard_echo",)
-                ).fetchone()
+                count = conn.execute(f'SELECT count(*) FROM "{key}".jobs').fetchone()
             assert count is not None
-            assert count[0] == len(ids) + (1 if key == routed_key else 0)
+            assert count[0] == len(ids)  # nothing landed on the other shard
+
+
+def test_router_with_a_route_function() -> None:
+    apps = {
+        "us": pgqueue.App("postgresql:///unused", schema="a"),
+        "eu": pgqueue.App("postgresql:///unused", schema="b"),
+    }
+    router = pgqueue.Router(apps, route=lambda task, payload: payload["region"])
+    assert router.key_for("t", {"region": "eu"}) == "eu"
+    with pytest.raises(pgqueue.InvalidName, match="not one of"):
+        router.key_for("t", {"region": "mars"})
+    with pytest.raises(pgqueue.InvalidOption, match="without route"):
+        router.key_for("t", {"region": "eu"}, shard_key="k")
+    with pytest.raises(pgqueue.InvalidOption):
+        pgqueue.Router({})
+    assert pgqueue.router.shard_index("customer:1", 2) == pgqueue.router.shard_index(
+        "customer:1", 2
+    )
 
 
 def test_cli_tasks_task_and_workers_commands(

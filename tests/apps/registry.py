@@ -1,5 +1,5 @@
 """Apps for the task registry tests (``tests.apps.registry:app`` and
-``:app_without_mail``, and ``:router`` over two schemas).
+``:app_without_mail``).
 
 ``reg_hold`` records its start and end in ``public.task_events`` and runs
 ``seconds``; ``reg_mail`` declares non-default options so that a producer
@@ -13,8 +13,6 @@ import time
 
 import pgqueue
 from tests.apps.tasks import record
-
-ROUTER_SCHEMAS = ("shard_a", "shard_b")
 
 
 def reg_hold(seconds: float, context: pgqueue.JobContext) -> int:
@@ -51,17 +49,5 @@ def build_app(dsn: str | None = None, *, with_mail: bool = True) -> pgqueue.App:
     return built
 
 
-def build_router(dsn: str | None = None) -> pgqueue.Router:
-    apps = {name: pgqueue.App(dsn, schema=name) for name in ROUTER_SCHEMAS}
-    router = pgqueue.Router(apps)
-    router.task(name="shard_echo")(_shard_echo)
-    return router
-
-
-def _shard_echo(value: int) -> int:
-    return value
-
-
 app = build_app(os.environ.get("PGQUEUE_DSN"))
 app_without_mail = build_app(os.environ.get("PGQUEUE_DSN"), with_mail=False)
-router = build_router(os.environ.get("PGQUEUE_DSN"))
