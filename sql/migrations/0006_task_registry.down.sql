@@ -224,8 +224,6 @@ ALTER TABLE {schema}.schedules ADD CONSTRAINT schedules_max_attempts_check
     CHECK (max_attempts > 0);
 ALTER TABLE {schema}.workers DROP COLUMN tasks, DROP COLUMN lost_at;
 DROP INDEX {schema}.job_attempts_finished_idx;
-DROP INDEX {schema}.jobs_finished_at_idx;
-DROP INDEX {schema}.jobs_running_task_idx;
 DROP TABLE {schema}.task_lease_log;
 DROP TABLE {schema}.task_settings;
 DROP TABLE {schema}.tasks;

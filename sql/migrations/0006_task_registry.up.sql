@@ -51,10 +51,10 @@ CREATE TABLE {schema}.task_lease_log (
 );
 CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log (task, leased_at);
 
--- Running jobs per task: per-task concurrency limits and task statistics.
-CREATE INDEX jobs_running_task_idx ON {schema}.jobs (task) WHERE status = 'running';
--- Task statistics over a time window (finished jobs and failed attempts).
-CREATE INDEX jobs_finished_at_idx ON {schema}.jobs (finished_at) WHERE finished_at IS NOT NULL;
+-- Task statistics over a time window: failed attempts by when they ended
+-- (finished jobs have jobs_finished_idx and jobs_archive_finished_idx). No
+-- index on jobs for the running count per task: every lease and completion
+-- would pay for it; the count reads jobs_running_idx (running jobs only).
 CREATE INDEX job_attempts_finished_idx ON {schema}.job_attempts (finished_at);
 
 ALTER TABLE {schema}.workers
