@@ -181,7 +181,7 @@ class ErrorTranslator:
                 f"no database connection to {self.target} became free in time: {exc}"
             )
         if isinstance(exc, psycopg.Error):
-            state = exc.sqlstate
+            state = exc.sqlstate or _refusal_sqlstate(exc)
             message = f"PostgreSQL at {self.target}: {_one_line(exc)}"
             if _is_connection_error(exc):
                 return ConnectionFailed(
@@ -219,6 +219,41 @@ def read_revision(dsn: str, schema: str) -> str | None:
         psycopg.connect(connection_params(dsn), autocommit=True) as conn,
     ):
         return _read_revision(conn, schema)
+
+
+# libpq reports why the server refused a new connection only as text: the
+# SQLSTATEs of the refusals a worker must tell apart (server messages in English).
+_REFUSALS = (
+    ("too many clients", "53300"),
+    ("remaining connection slots are reserved", "53300"),
+    ("too many connections for", "53300"),
+    ("the database system is starting up", "57P03"),
+    ("the database system is shutting down", "57P03"),
+    ("the database system is in recovery mode", "57P03"),
+    ("the database system is not yet accepting connections", "57P03"),
+    ("the database system is not accepting connections", "57P03"),
+    ("password authentication failed", "28P01"),
+    ("no pg_hba.conf entry", "28000"),
+    ("is not permitted to log in", "28000"),
+)
+
+
+def _refusal_sqlstate(exc: psycopg.Error) -> str | None:
+    """The SQLSTATE of a refused connection attempt, read from its message."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return None
+    text = str(exc)
+    if "FATAL" not in text:
+        return None
+    if "does not exist" in text:
+        if 'role "' in text:
+            return "28000"
+        if 'database "' in text:
+            return "3D000"
+    for marker, state in _REFUSALS:
+        if marker in text:
+            return state
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -69,8 +69,7 @@ def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None
     from pgqueue.database import ErrorTranslator, translated
 
     hint = (
-        "migrations run as the owner of the schema (or a member of it, see "
-        "`pgqueue grant --admin`)"
+        "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
     )
     translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)
     try:

@@ -92,7 +92,7 @@ class Heartbeat:
         last_registry = time.monotonic()
         pause = 0.0
         while not self.stopped.is_set():
-            await wait_any(self.wake, self.stopped, timeout=max(pause, self._tick()))
+            await wait_any(self.wake, self.stopped, timeout=pause or self._tick())
             self.wake.clear()
             pause = 0.0
             try:
@@ -100,16 +100,15 @@ class Heartbeat:
                 if not self.listening():
                     await self._poll_cancels()
             except Exception as exc:
-                pause = self.episodes.failed(exc)
+                # Never wait longer than a tick: leases must not run out meanwhile.
+                pause = min(self.episodes.failed(exc), self._tick())
                 continue
             self.episodes.succeeded()
             if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
                 try:
-                    await self.database.run_async(
-                        _upsert_worker("worker_heartbeat", self.settings)
-                    )
+                    await self.database.run_async(_upsert_worker("worker_heartbeat", self.settings))
                 except Exception as exc:
-                    pause = self.registry.failed(exc)
+                    pause = min(self.registry.failed(exc), self._tick())
                     continue
                 self.registry.succeeded()
                 last_registry = time.monotonic()
