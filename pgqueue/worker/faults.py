@@ -40,6 +40,8 @@ class Episodes:
         self.cap = cap
         self.failures = 0
         self.since = 0.0
+        self.sqlstates: set[str] = set()
+        self.last_error = ""
 
     @property
     def failing(self) -> bool:
@@ -51,6 +53,10 @@ class Episodes:
         if not is_transient(exc):
             raise exc
         self.failures += 1
+        state = getattr(exc, "sqlstate", None)
+        if state:
+            self.sqlstates.add(state)
+        self.last_error = str(exc)
         if self.failures == 1:
             self.since = time.monotonic()
             log.warning(
@@ -73,5 +79,8 @@ class Episodes:
                 loop=self.loop,
                 failed_rounds=self.failures,
                 seconds=round(time.monotonic() - self.since, 3),
+                sqlstates=sorted(self.sqlstates),
+                last_error=self.last_error,
             )
             self.failures = 0
+            self.sqlstates = set()
