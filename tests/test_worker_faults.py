@@ -319,3 +319,37 @@ def test_a_non_transient_error_stops_the_worker_gracefully_and_says_why_once(
         workers.wait_statuses(run.job_ids, ["succeeded"], require_alive=[replacement])
     finally:
         run.close()
+
+
+def test_an_outcome_the_database_refuses_stops_the_worker_and_the_reaper_recovers_the_job(
+    workers: Workers, db_dsn: str
+) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        # Acks fail with an error no retry can fix (a broken trigger, say).
+        conn.execute(
+            "CREATE FUNCTION public.refuse_ack() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'acks are refused today'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_ack BEFORE UPDATE ON pgqueue.jobs FOR EACH ROW"
+            " WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION public.refuse_ack()"
+        )
+    run = FaultRun(workers, db_dsn)
+    try:
+        run.producer.enqueue("fault_long", {"key": 0, "seconds": 0.2})
+        code = run.worker.wait_exit(timeout=60)
+        assert code != 0, run.worker.describe()
+        stops = run.worker.logged("stopping the worker")
+        assert [(s["loop"], s["sqlstate"]) for s in stops] == [("completer", "P0001")]
+        assert "acks are refused today" in stops[0]["error"]
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER refuse_ack ON pgqueue.jobs")
+        # Not handed back (its outcome was known but unrecordable) and no longer
+        # extended: the reaper of the next worker reclaims it when the lease ends.
+        job_id = scalar(db_dsn, "SELECT id FROM pgqueue.jobs")
+        replacement = workers.spawn(*WORKER_ARGS, app=FAULTS_APP, env={EFFECTS_DSN_ENV: db_dsn})
+        workers.wait_statuses([job_id], ["succeeded"], require_alive=[replacement])
+        history = run.producer.get_job(job_id, history=True).attempt_history or []
+        assert [a.outcome.value for a in history] == ["lease_expired", "succeeded"]
+    finally:
+        run.close()
