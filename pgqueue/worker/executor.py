@@ -15,7 +15,7 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ from pgqueue.payloads import encode_result
 from pgqueue.retry import Permanent, Retry
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.models import TaskSettings
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
 
@@ -54,6 +54,7 @@ class RunningJob:
     __slots__ = (
         "cancel_requested",
         "context",
+        "extend_requests",
         "extend_to",
         "handle",
         "job",
@@ -78,6 +79,7 @@ class RunningJob:
         self.cancel_requested = False
         self.lost = False
         self.extend_to: float | None = None
+        self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
 
 
 class Executor:
@@ -87,9 +89,18 @@ class Executor:
     #: know is handed back instead of dead-lettered (set by the Worker).
     unknown_task_grace: float = 3600.0
     worker_id: str | None = None
+    #: Operators' live task settings (pgqueue task set), kept current by the
+    #: Worker's registry refresh (the same dict, updated in place).
+    live_settings: Mapping[str, TaskSettings] = {}
 
-    def __init__(self, app: App, concurrency: int, completer: Completer) -> None:
-        self.app = app
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        concurrency: int,
+        completer: Completer,
+        max_result_bytes: int,
+    ) -> None:
+        self.tasks = tasks
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -102,7 +113,7 @@ class Executor:
         )
         self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
-        self.max_result_bytes = app.max_result_bytes
+        self.max_result_bytes = max_result_bytes
         self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
@@ -117,7 +128,7 @@ class Executor:
     # --- start -----------------------------------------------------------------
 
     def start(self, job: LeasedJob, leased_at: float) -> None:
-        task = self.app.tasks.get(job.task)
+        task = self.tasks.get(job.task)
         rj = RunningJob(job, task, leased_at)
         self.running[job.job_id] = rj
         if task is None:
@@ -130,8 +141,7 @@ class Executor:
                     job.attempt_id,
                     AttemptOutcome.FAILED,
                     "unknown_task",
-                    f"no task named {job.task!r} is registered in worker "
-                    f"{self.worker_id or '?'}",
+                    f"no task named {job.task!r} is registered in worker {self.worker_id or '?'}",
                     permanent=True,
                     unknown_task_grace=self.unknown_task_grace,
                 ),
@@ -176,7 +186,7 @@ class Executor:
             rj.handle = self.loop.run_in_executor(self.threads, partial(task.func, **kwargs))
             rj.handle.add_done_callback(partial(self._sync_done, rj))
             self.threads_busy += 1
-        live = self.app.live_task_settings.get(job.task)
+        live = self.live_settings.get(job.task)
         timeout = live.timeout if live is not None and live.timeout is not None else task.timeout
         if timeout is not None:
             rj.timer = self.loop.call_later(timeout, self._on_timeout, rj)
@@ -230,7 +240,7 @@ class Executor:
         self._record_failure(rj, self._timeout_failure(rj))
 
     def _timeout_failure(self, rj: RunningJob) -> Failure:
-        live = self.app.live_task_settings.get(rj.job.task)
+        live = self.live_settings.get(rj.job.task)
         timeout = live.timeout if live is not None and live.timeout is not None else None
         if timeout is None:
             timeout = rj.task.timeout if rj.task is not None else None
@@ -346,8 +356,12 @@ class Executor:
 
     def _request_extend(self, rj: RunningJob, seconds: float) -> None:
         """JobContext.extend: may be called from a task's thread."""
-        rj.extend_to = float(seconds)
-        self.loop.call_soon_threadsafe(self.heartbeat_wake)
+        self.loop.call_soon_threadsafe(self._note_extend, rj, float(seconds))
+
+    def _note_extend(self, rj: RunningJob, seconds: float) -> None:
+        rj.extend_to = seconds
+        rj.extend_requests += 1
+        self.heartbeat_wake()
 
     def cancel(self, job_id: int) -> None:
         """A cancel was requested for a job: tell the task to stop."""

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pgqueue.errors import DatabaseError
-from pgqueue.ops import Execute, Op
+from pgqueue.ops import OpContext, maintenance
 from pgqueue.ops import tasks as task_ops
+from pgqueue.worker.faults import Episodes
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -26,28 +26,32 @@ LOST_WORKER_SECONDS = 60.0
 STALE_WORKER_CHECK = 300.0
 
 
-def _prune_stale_workers(seconds: float) -> Op[list[str]]:
-    rows = yield Execute("worker_prune_stale", {"seconds": seconds})
-    return [r[0] for r in rows]
-
-
-async def reap_periodically(app: App, interval: float, stopped: asyncio.Event) -> None:
+async def reap_periodically(
+    database: Database, ctx: OpContext, interval: float, stopped: asyncio.Event
+) -> None:
+    """Reap every ``interval`` seconds (jittered) until ``stopped``; transient
+    errors wait for the next round (sooner after a failure), others propagate."""
+    episodes = Episodes("reaper", first=min(interval, 0.5), cap=max(interval, 5.0))
     last_prune = 0.0
+    pause = jittered(interval, 0.2)
     while not stopped.is_set():
-        await wait_any(stopped, timeout=jittered(interval, 0.2))
+        await wait_any(stopped, timeout=pause)
         if stopped.is_set():
             return
+        pause = jittered(interval, 0.2)
         try:
-            reaped = await app.reap_async()
+            reaped = await database.run_async(maintenance.reap(ctx))
             if reaped:
                 log.warning("reaped jobs whose lease expired", count=reaped)
-            lost = await app.database.run_async(task_ops.mark_lost(LOST_WORKER_SECONDS))
+            lost = await database.run_async(task_ops.mark_lost(LOST_WORKER_SECONDS))
             if lost:
                 log.warning("workers declared lost (no heartbeat)", workers=lost)
             if time.monotonic() - last_prune > STALE_WORKER_CHECK:
-                gone = await app.database.run_async(task_ops.prune_lost(STALE_WORKER_SECONDS))
+                gone = await database.run_async(task_ops.prune_lost(STALE_WORKER_SECONDS))
                 if gone:
                     log.info("forgot workers lost for over an hour", workers=gone)
                 last_prune = time.monotonic()
-        except DatabaseError as exc:
-            log.warning("reaper failed; retrying next round", error=str(exc))
+        except Exception as exc:
+            pause = min(pause, episodes.failed(exc))
+            continue
+        episodes.succeeded()
