@@ -362,7 +362,7 @@ def test_bad_schema_name(db_dsn: str, schema: Any) -> None:
         {"priority": 1.5},
         {"priority": "1"},
         {"priority": True},
-        {"max_attempts": 0},
+        {"max_attempts": -1},
         {"max_attempts": -3},
         {"max_attempts": 2.0},
         {"dedup_key": ""},

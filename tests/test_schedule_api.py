@@ -173,7 +173,7 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"queue": "no spaces"}, pgqueue.InvalidName, "queue name"),
     ({"priority": 40000}, pgqueue.InvalidOption, "priority"),
     ({"priority": "high"}, pgqueue.InvalidOption, "priority"),
-    ({"max_attempts": 0}, pgqueue.InvalidOption, "max_attempts"),
+    ({"max_attempts": -1}, pgqueue.InvalidOption, "max_attempts"),  # 0: unlimited
     ({"enabled": "yes"}, pgqueue.InvalidOption, "enabled"),
 ]
 
