@@ -120,28 +120,27 @@ FROM (SELECT 1) one
 LEFT JOIN {schema}.task_settings s ON s.name = %(task)s;
 
 -- name: task_unknown_waiting
--- Tasks of live jobs that no live worker knows, while workers are alive: the
--- jobs wait (deferred by workers that lack the task) until the grace period
--- ends. One row per task: how many jobs, and the oldest one's age. Reads the
--- live jobs (queued, scheduled): for doctor/status, not for hot paths.
-WITH live_tasks AS (
-    SELECT j.task, count(*) AS jobs, min(j.created_at) AS oldest
-    FROM {schema}.jobs j
-    WHERE j.status IN ('queued', 'scheduled')
-    GROUP BY j.task
-), known AS (
-    SELECT DISTINCT unnest(w.tasks) AS task FROM {schema}.workers w
-    WHERE w.lost_at IS NULL
-      AND w.last_heartbeat_at > now() - make_interval(secs => %(alive_seconds)s)
+-- Live jobs of tasks that no live worker knows, found through the hand-backs
+-- that flag them (a worker without the task records a 'released' attempt
+-- with error_code 'unknown_task' at most ~75 s apart while the job waits):
+-- an index range over the last 10 minutes of attempts, then primary-key
+-- lookups, whatever the size of the queues. One row per task: how many
+-- jobs and the oldest one's age. For status and doctor.
+WITH flagged AS (
+    SELECT DISTINCT a.job_id FROM {schema}.job_attempts a
+    WHERE a.finished_at > now() - interval '10 minutes'
+      AND a.error_code = 'unknown_task' AND a.outcome = 'released'
 )
-SELECT l.task, l.jobs,
-       extract(epoch FROM now() - l.oldest)::float8 AS oldest_age_seconds
-FROM live_tasks l
-WHERE EXISTS (SELECT 1 FROM {schema}.workers w
-              WHERE w.lost_at IS NULL AND w.tasks IS NOT NULL
-                AND w.last_heartbeat_at > now() - make_interval(secs => %(alive_seconds)s))
-  AND l.task NOT IN (SELECT task FROM known)
-ORDER BY l.oldest;
+SELECT j.task, count(*) AS jobs,
+       extract(epoch FROM now() - min(j.created_at))::float8 AS oldest_age_seconds
+FROM flagged f
+JOIN {schema}.jobs j ON j.id = f.job_id
+WHERE j.status IN ('queued', 'scheduled')
+  AND NOT EXISTS (SELECT 1 FROM {schema}.workers w
+                  WHERE j.task = ANY (w.tasks) AND w.lost_at IS NULL
+                    AND w.last_heartbeat_at > now() - make_interval(secs => %(alive_seconds)s))
+GROUP BY j.task
+ORDER BY min(j.created_at);
 
 -- name: task_stats
 -- Per-task run statistics over jobs finished (or attempts ended) since
