@@ -27,6 +27,7 @@ from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
 from pgqueue.payloads import encode_result
 from pgqueue.retry import Permanent, Retry
+from pgqueue.worker.task_transaction import TaskTransactions
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -152,6 +153,12 @@ class Executor:
                 job.queue,
                 job.task,
                 _extend=partial(self._request_extend, rj),
+                _transactions=TaskTransactions(
+                    self.app.database,
+                    self.app.op_context,
+                    job,
+                    partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id]),
+                ),
             )
             kwargs = {**kwargs, "context": rj.context}
         if task.is_async:
@@ -200,7 +207,7 @@ class Executor:
 
     def _on_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
-        if rj.handle is None or rj.handle.done():
+        if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
         rj.timed_out = True
         if rj.task is not None and rj.task.is_async:
@@ -228,6 +235,20 @@ class Executor:
             rj.timer = None
         self._release_slot()
         job = rj.job
+        if _completed_in_transaction(rj):
+            self.running.pop(job.job_id, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded in its transaction",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                    error=None if exc is None else repr(exc),
+                )
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -349,9 +370,10 @@ class Executor:
 
     def lose(self, job_id: int) -> None:
         """The lease was refused (reaped): stop treating the job as ours."""
-        rj = self.running.pop(job_id, None)
-        if rj is None:
-            return
+        rj = self.running.get(job_id)
+        if rj is None or _completing_in_transaction(rj):
+            return  # the row changed because context.transaction() recorded the job
+        del self.running[job_id]
         rj.lost = True
         if rj.context is not None:
             rj.context.request_stop()
@@ -402,6 +424,16 @@ class Executor:
         (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         return self.threads_busy
+
+
+def _completed_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and tx.completed
+
+
+def _completing_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and (tx.committing or tx.completed)
 
 
 def _ms_since(started: float) -> float:

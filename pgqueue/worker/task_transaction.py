@@ -1,0 +1,135 @@
+"""``context.transaction()``: a task's own writes and its job's success in one
+transaction.
+
+The block runs on one of the App's pooled connections inside ``BEGIN``. When
+it ends without an exception, the job is marked succeeded by the same fenced
+statement the completer uses (``job_ack_many``: only while the job is still
+``running`` under this attempt id) and then the transaction commits, so the
+task's writes exist if and only if the job is recorded succeeded. A lost
+lease makes that statement raise ``LeaseLost`` before the commit: the block's
+writes roll back. An exception in the block rolls back; the task's exception
+then takes the usual retry path.
+
+After the commit the worker must not record the attempt again: ``completed``
+tells the executor so, and ``committing`` keeps a heartbeat that saw the row
+change under it from declaring the lease lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from pgqueue.errors import InvalidOption
+from pgqueue.ops import consume
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from pgqueue.database import Database
+    from pgqueue.models import LeasedJob
+    from pgqueue.ops import OpContext
+
+
+class TaskTransactions:
+    """The in-transaction completion of one attempt (at most one block)."""
+
+    def __init__(
+        self,
+        database: Database,
+        ctx: OpContext,
+        job: LeasedJob,
+        on_completed: Callable[[], object],
+    ) -> None:
+        self.database = database
+        self.ctx = ctx
+        self.job = job
+        self.on_completed = on_completed
+        self.opened = False
+        self.committing = False  # the success is written; COMMIT is under way
+        self.completed = False  # committed: the attempt is recorded
+
+    def open(self) -> JobTransaction:
+        if self.opened:
+            raise InvalidOption("context.transaction() completes the job: use it once per attempt")
+        self.opened = True
+        return JobTransaction(self)
+
+    def _ack(self) -> Any:
+        return consume.ack_ids(self.ctx, [self.job.job_id], [self.job.attempt_id], [None])
+
+    def _committed(self) -> None:
+        self.completed = True
+        self.on_completed()
+
+    @contextmanager
+    def sync(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.database.sync_pool().connection() as conn:
+            try:
+                with conn.transaction():
+                    yield conn
+                    self.database.run(self._ack(), conn)  # LeaseLost: roll back
+                    self.committing = True
+            except BaseException:
+                self.committing = False
+                raise
+        self._committed()
+
+    @asynccontextmanager
+    async def async_(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        pool = await self.database.async_pool()
+        async with pool.connection() as conn:
+            try:
+                async with conn.transaction():
+                    yield conn
+                    await self.database.run_async(self._ack(), conn)
+                    self.committing = True
+            except BaseException:
+                self.committing = False
+                raise
+        self._committed()
+
+
+class JobTransaction:
+    """What ``context.transaction()`` returns: use ``with`` in a sync task,
+    ``async with`` in an async one; either yields a psycopg connection in a
+    transaction that also records the job succeeded when it commits."""
+
+    def __init__(self, owner: TaskTransactions) -> None:
+        self._owner = owner
+        self._sync: AbstractContextManager[psycopg.Connection[Any]] | None = None
+        self._async: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] | None = None
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self._sync = self._owner.sync()
+        return self._sync.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._sync is not None
+        return self._sync.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self._async = self._owner.async_()
+        return await self._async.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._async is not None
+        return await self._async.__aexit__(exc_type, exc, tb)

@@ -1,0 +1,225 @@
+-- pgqueue revision 0007: uniqueness over time (dedup_window) and debounce.
+--
+-- A windowed enqueue (dedup_window) creates no job when one with the same
+-- (queue, dedup_key) was created within the window, finished or not; a
+-- debounced enqueue (debounce) replaces the payload of the queued job holding
+-- the key and moves its run_at to now + debounce. Both are decided under a
+-- transaction-level advisory lock per (queue, dedup_key), taken before the
+-- lookup: in READ COMMITTED every later statement of the function sees what
+-- the previous holder committed, so concurrent producers serialise per key
+-- and never both create. Under REPEATABLE READ or SERIALIZABLE a snapshot
+-- taken before the wait would not see the other producer's job, so a
+-- contended key raises a serialization failure (40001) instead: retry.
+--
+-- Plain enqueues are untouched: the 0001-0006 enqueue() is kept as
+-- enqueue_plain and the new SQL API delegates to it, so its validation stays
+-- one body.
+
+-- Window lookups: the newest job of a key, live or finished.
+CREATE INDEX jobs_dedup_created_idx ON {schema}.jobs (queue, dedup_key, created_at)
+    WHERE dedup_key IS NOT NULL;
+CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive (queue, dedup_key, created_at)
+    WHERE dedup_key IS NOT NULL;
+
+-- Takes the key's lock, then: debounce → the queued job holding the key gets
+-- the new payload and run_at = now() + p_debounce (its id is returned);
+-- window → the id of the newest job created within p_window. NULL: create.
+CREATE FUNCTION {schema}.dedup_claim(
+    p_queue text, p_key text, p_window interval, p_debounce interval, p_payload jsonb
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lock bigint := hashtextextended(p_queue || E'\n' || p_key,
+                                      '{schema}.jobs'::regclass::oid::bigint);
+    v_id   bigint;
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'pgqueue: dedup_window and debounce need a dedup_key'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_window IS NOT NULL AND p_debounce IS NOT NULL THEN
+        RAISE EXCEPTION 'pgqueue: give dedup_window or debounce, not both'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_window <= interval '0' THEN
+        RAISE EXCEPTION 'pgqueue: dedup_window must be positive, got %', p_window
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_debounce < interval '0' THEN
+        RAISE EXCEPTION 'pgqueue: debounce must not be negative, got %', p_debounce
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(v_lock) THEN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'pgqueue: another transaction is enqueueing dedup key % in queue %; '
+                            'retry this transaction', quote_literal(left(p_key, 80)), p_queue
+                USING ERRCODE = '40001',
+                      HINT = 'windowed and debounced enqueues wait for each other under READ COMMITTED';
+        END IF;
+        PERFORM pg_advisory_xact_lock(v_lock);
+    END IF;
+
+    IF p_debounce IS NOT NULL THEN
+        IF p_payload IS NULL OR jsonb_typeof(p_payload) <> 'object' THEN
+            RAISE EXCEPTION 'pgqueue: payload must be a JSON object' USING ERRCODE = '22023';
+        END IF;
+        IF jsonb_path_exists(p_payload,
+                'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
+            RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects'
+                USING ERRCODE = '22023';
+        END IF;
+        UPDATE {schema}.jobs j
+        SET payload = p_payload,
+            run_at = now() + p_debounce,
+            status = CASE WHEN p_debounce > interval '0' THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
+        WHERE j.queue = p_queue AND j.dedup_key = p_key AND j.status IN ('queued', 'scheduled')
+        RETURNING j.id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            -- Idle workers recompute when to wake up.
+            PERFORM pg_notify({channel}, 'j:' || p_queue);
+        END IF;
+        RETURN v_id;
+    END IF;
+
+    SELECT j.id INTO v_id FROM {schema}.jobs j
+    WHERE j.queue = p_queue AND j.dedup_key = p_key AND j.created_at > now() - p_window
+    ORDER BY j.created_at DESC LIMIT 1;
+    IF v_id IS NULL THEN
+        SELECT a.id INTO v_id FROM {schema}.jobs_archive a
+        WHERE a.queue = p_queue AND a.dedup_key = p_key AND a.created_at > now() - p_window
+        ORDER BY a.created_at DESC LIMIT 1;
+    END IF;
+    RETURN v_id;
+END;
+$$;
+
+-- enqueue_batch for documents whose jobs may carry "dedup_window" and
+-- "debounce" (seconds): those are settled one at a time through
+-- dedup_claim, the others in one enqueue_batch. Rows in input order.
+CREATE FUNCTION {schema}.enqueue_windowed(p_jobs jsonb)
+RETURNS TABLE (job_id bigint, created boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_job      jsonb;
+    v_ord      bigint;
+    v_window   float8;
+    v_debounce float8;
+    v_id       bigint;
+    v_created  boolean;
+    v_ids      bigint[] := '{}';
+    v_news     boolean[] := '{}';
+    v_plain    jsonb := '[]';
+    v_plain_at bigint[] := '{}';
+BEGIN
+    IF jsonb_typeof(p_jobs) <> 'array' THEN
+        RAISE EXCEPTION 'pgqueue: enqueue_windowed takes a JSON array of jobs' USING ERRCODE = '22023';
+    END IF;
+    FOR v_job, v_ord IN SELECT e.value, e.ordinality FROM jsonb_array_elements(p_jobs) WITH ORDINALITY e
+    LOOP
+        v_window := (v_job ->> 'dedup_window')::float8;
+        v_debounce := (v_job ->> 'debounce')::float8;
+        IF v_window IS NULL AND v_debounce IS NULL THEN
+            v_plain := v_plain || jsonb_build_array(v_job);
+            v_plain_at := v_plain_at || v_ord;
+            CONTINUE;
+        END IF;
+        IF v_debounce IS NOT NULL AND (v_job ? 'run_at' OR v_job ? 'delay') THEN
+            RAISE EXCEPTION 'pgqueue: debounce sets run_at to now + debounce; give no run_at or delay'
+                USING ERRCODE = '22023';
+        END IF;
+        v_id := {schema}.dedup_claim(
+            coalesce(v_job ->> 'queue', 'default'), v_job ->> 'dedup_key',
+            make_interval(secs => v_window), make_interval(secs => v_debounce),
+            coalesce(v_job -> 'payload', '{}'));
+        v_created := false;
+        IF v_id IS NULL THEN
+            v_job := v_job - 'dedup_window' - 'debounce';
+            IF v_debounce IS NOT NULL THEN
+                v_job := v_job || jsonb_build_object('delay', v_debounce);
+            END IF;
+            SELECT b.job_id, b.created INTO v_id, v_created
+            FROM {schema}.enqueue_batch(jsonb_build_array(v_job)) b;
+        END IF;
+        v_ids[v_ord] := v_id;
+        v_news[v_ord] := v_created;
+    END LOOP;
+    IF jsonb_array_length(v_plain) > 0 THEN
+        FOR v_ord, v_id, v_created IN
+            SELECT v_plain_at[b.n], b.job_id, b.created
+            FROM {schema}.enqueue_batch(v_plain) WITH ORDINALITY AS b(job_id, created, n)
+        LOOP
+            v_ids[v_ord] := v_id;
+            v_news[v_ord] := v_created;
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT u.id, u.created FROM unnest(v_ids, v_news) AS u(id, created);
+END;
+$$;
+
+-- The SQL API gains dedup_window and debounce. A new signature is a new
+-- function: the previous one is kept, renamed, as the plain path.
+ALTER FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)
+    RENAME TO enqueue_plain;
+
+CREATE FUNCTION {schema}.enqueue(
+    task         text,
+    payload      jsonb DEFAULT '{}',
+    queue        text DEFAULT 'default',
+    priority     integer DEFAULT 0,
+    run_at       timestamptz DEFAULT now(),
+    max_attempts integer DEFAULT NULL,
+    dedup_key    text DEFAULT NULL,
+    serial_key   text DEFAULT NULL,
+    dedup_window interval DEFAULT NULL,
+    debounce     interval DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        IF debounce IS NOT NULL THEN
+            run_at := now() + debounce;
+        END IF;
+    END IF;
+    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                  dedup_key, serial_key);
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION
+    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval),
+    {schema}.enqueue_windowed(jsonb),
+    {schema}.dedup_claim(text, text, interval, interval, jsonb)
+FROM PUBLIC;
+
+-- Roles that could enqueue keep that right through the new functions.
+DO $grants$
+DECLARE
+    v_role text;
+BEGIN
+    FOR v_role IN
+        SELECT DISTINCT a.grantee::regrole::text
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid = '{schema}.enqueue_plain(text, jsonb, text, integer, timestamptz, integer, text, text)'::regprocedure
+          AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       '{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval), '
+                       '{schema}.enqueue_windowed(jsonb) TO %s', v_role);
+    END LOOP;
+END;
+$grants$;
