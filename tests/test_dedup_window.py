@@ -3,6 +3,7 @@ concurrent producers (real processes)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from datetime import timedelta
 from typing import Any
@@ -51,7 +52,8 @@ def test_window_returns_the_job_created_within_it_even_when_finished(
     )
     # A 10 s window no longer covers it: a new job.
     fresh = app.enqueue("t", {}, dedup_key="k", dedup_window=10)
-    assert fresh.created and fresh.job_id != first.job_id
+    assert fresh.created
+    assert fresh.job_id != first.job_id
     # Other queues and keys are independent.
     assert app.enqueue("t", {}, queue="other", dedup_key="k", dedup_window=60).created
     assert app.enqueue("t", {}, dedup_key="k2", dedup_window=60).created
@@ -87,7 +89,8 @@ def test_debounce_replaces_payload_and_postpones(app: pgqueue.App, db_dsn: str) 
     # debounce=0: the latest payload wins and the job is ready now.
     assert app.enqueue("t", {"v": 3}, dedup_key="d", debounce=0) == (first.job_id, False)
     job = _job(db_dsn, first.job_id)
-    assert job["status"] == "queued" and job["payload"] == {"v": 3}
+    assert job["status"] == "queued"
+    assert job["payload"] == {"v": 3}
     assert row_counts(db_dsn)["jobs"] == 1
 
 
@@ -97,7 +100,8 @@ def test_debounce_creates_a_new_job_once_the_earlier_finished(
     first = app.enqueue("t", {"v": 1}, dedup_key="d", debounce=5)
     _finish(db_dsn, first.job_id)
     second = app.enqueue("t", {"v": 2}, dedup_key="d", debounce=5)
-    assert second.created and second.job_id != first.job_id
+    assert second.created
+    assert second.job_id != first.job_id
 
 
 def test_debounce_keeps_a_running_job_running(app: pgqueue.App, db_dsn: str) -> None:
@@ -197,7 +201,9 @@ def test_sql_api(app: pgqueue.App, db_dsn: str) -> None:
                 conn.execute(f"SELECT pgqueue.enqueue('t', {bad})")
     with pytest.raises(InvalidInput, match="not both"):
         # The same check in SQL, reached by a document that skipped Python's.
-        app.database.run(_raw_windowed('[{"task": "t", "dedup_key": "k", "dedup_window": 1, "debounce": 1}]'))
+        app.database.run(
+            _raw_windowed('[{"task": "t", "dedup_key": "k", "dedup_window": 1, "debounce": 1}]')
+        )
 
 
 def _raw_windowed(doc: str) -> Any:
@@ -288,3 +294,26 @@ def test_repeatable_read_contention_is_a_serialization_failure(
         holder.close()
         other.close()
     assert row_counts(db_dsn)["jobs"] == 1
+
+
+def test_cli_options(app: pgqueue.App, db_dsn: str) -> None:
+    from tests.cli_support import invoke
+
+    first = invoke(db_dsn, "enqueue", "t", "--dedup-key", "c", "--dedup-window", "1h", "--json")
+    assert first.exit_code == 0, first.output
+    again = invoke(db_dsn, "enqueue", "t", "--dedup-key", "c", "--dedup-window", "1h", "--json")
+    assert json.loads(again.output) == {
+        "job_id": json.loads(first.output)["job_id"],
+        "created": False,
+    }
+    deb = invoke(
+        db_dsn, "enqueue", "t", "--payload", '{"v": 1}', "--dedup-key", "d", "--debounce", "30s"
+    )
+    assert deb.exit_code == 0, deb.output
+    bad = invoke(db_dsn, "enqueue", "t", "--dedup-window", "1h")
+    assert bad.exit_code == 1
+    assert "need a dedup_key" in bad.output
+    bad = invoke(db_dsn, "enqueue", "t", "--dedup-key", "e", "--debounce", "soon")
+    assert bad.exit_code == 1
+    assert "--debounce" in bad.output
+    assert row_counts(db_dsn)["jobs"] == 2
