@@ -166,9 +166,8 @@ def test_async_session_and_connection(app: pgqueue.App, db_dsn: str) -> None:
 
 def test_sync_connection_refused_by_async_twin(app: pgqueue.App, engine: Any) -> None:
     async def run() -> None:
-        with Session(engine) as session:
-            with pytest.raises(InvalidOption, match="without _async"):
-                await app.enqueue_async("ship", {}, conn=session)
+        with Session(engine) as session, pytest.raises(InvalidOption, match="without _async"):
+            await app.enqueue_async("ship", {}, conn=session)
 
     asyncio.run(run())
 
@@ -177,9 +176,11 @@ def test_unsupported_driver_says_what_to_do(app: pgqueue.App, db_dsn: str) -> No
     pytest.importorskip("psycopg2")
     engine = create_engine(_url(db_dsn, "psycopg2"))
     try:
-        with Session(engine) as session:
-            with pytest.raises(InvalidOption, match=r"psycopg2.*postgresql\+psycopg://"):
-                app.enqueue("ship", {}, conn=session)
+        with (
+            Session(engine) as session,
+            pytest.raises(InvalidOption, match=r"psycopg2.*postgresql\+psycopg://"),
+        ):
+            app.enqueue("ship", {}, conn=session)
     finally:
         engine.dispose()
 
