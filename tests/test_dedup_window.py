@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 import pgqueue
 from pgqueue.errors import InvalidDuration, InvalidInput, InvalidOption
 from tests.fixtures.dbstate import row_counts
+from tests.test_security_grants import Roles
 
 
 def _job(dsn: str, job_id: int) -> dict[str, Any]:
@@ -317,3 +319,53 @@ def test_cli_options(app: pgqueue.App, db_dsn: str) -> None:
     assert bad.exit_code == 1
     assert "--debounce" in bad.output
     assert row_counts(db_dsn)["jobs"] == 2
+
+
+# --- privileges ------------------------------------------------------------------
+
+
+@pytest.fixture
+def db_roles(pg_server_dsn: str) -> Iterator[Roles]:
+    made = Roles(pg_server_dsn)
+    try:
+        yield made
+    finally:
+        made.drop_all()
+
+
+def test_a_producer_role_enqueues_windowed_and_debounced(db_dsn: str, db_roles: Roles) -> None:
+    producer = db_roles.create(db_dsn, kind="producer")
+    with pgqueue.App(dsn=producer.dsn) as as_producer:
+        first = as_producer.enqueue("t", {}, dedup_key="p", dedup_window=60)
+        assert as_producer.enqueue("t", {}, dedup_key="p", dedup_window=60) == (
+            first.job_id,
+            False,
+        )
+        assert as_producer.enqueue("t", {"v": 1}, dedup_key="q", debounce=5).created
+    with psycopg.connect(producer.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pgqueue.enqueue('t', dedup_key => 'p', dedup_window => '1 min')"
+        ).fetchone()
+        assert row == (first.job_id,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT pgqueue.dedup_claim('default', 'p', '1 min', NULL, '{}')")
+
+
+def test_upgrade_keeps_the_enqueue_right_of_existing_roles(
+    empty_db_dsn: str, db_roles: Roles
+) -> None:
+    from pgqueue.migrate import upgrade
+
+    upgrade(empty_db_dsn, revision="0004")
+    role = db_roles.create(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(f'GRANT USAGE ON SCHEMA pgqueue TO "{role.name}"')
+        conn.execute(f'GRANT EXECUTE ON FUNCTION pgqueue.enqueue TO "{role.name}"')
+    upgrade(empty_db_dsn)
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pgqueue.enqueue('t', dedup_key => 'k', dedup_window => '1 min'),"
+            " pgqueue.enqueue('t', dedup_key => 'k', dedup_window => '1 min')"
+        ).fetchone()
+    assert row is not None
+    assert row[0] == row[1]

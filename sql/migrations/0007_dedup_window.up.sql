@@ -24,12 +24,12 @@ CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive (queue, ded
 -- Takes the key's lock, then: debounce → the queued job holding the key gets
 -- the new payload and run_at = now() + p_debounce (its id is returned);
 -- window → the id of the newest job created within p_window. NULL: create.
+-- Internal, like enqueue_rows: only the definer functions below call it, so
+-- it runs as their owner under their pinned search_path.
 CREATE FUNCTION {schema}.dedup_claim(
     p_queue text, p_key text, p_window interval, p_debounce interval, p_payload jsonb
 ) RETURNS bigint
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_lock bigint := hashtextextended(p_queue || E'\n' || p_key,
