@@ -194,4 +194,3 @@ def test_manage_help_lists_pgqueue_commands(db_dsn: str) -> None:
     assert done.returncode == 0, done.stderr
     assert "worker" in done.stdout
     assert "migrate" in done.stdout
-
