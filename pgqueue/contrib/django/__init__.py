@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pgqueue.app import App
 
+    app: App  # resolved on first access by __getattr__ below
+
 __all__ = ["app", "app_path", "database_dsn", "get_app"]
 
 _lock = threading.Lock()
