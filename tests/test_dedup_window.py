@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import random
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -136,6 +137,15 @@ def test_with_options_jobspec_and_async(app: pgqueue.App, db_dsn: str) -> None:
     assert results[2].job_id == results[3].job_id
     assert _job(db_dsn, results[3].job_id)["payload"] == {"i": 4}
     assert results[0].job_id != results[4].job_id
+    # A key new to the database, twice in one batch: one job.
+    pair = app.enqueue_many(
+        [
+            pgqueue.JobSpec("mail", {"i": 6}, dedup_key="fresh", dedup_window=60),
+            pgqueue.JobSpec("mail", {"i": 7}, dedup_key="fresh", dedup_window=60),
+        ]
+    )
+    assert [r.created for r in pair] == [True, False]
+    assert pair[0].job_id == pair[1].job_id
 
     import asyncio
 
@@ -240,12 +250,30 @@ def test_lookups_use_indexes(app: pgqueue.App, db_dsn: str) -> None:
 
 PRODUCERS = 6
 ROUNDS = 15
+BATCHES = 4
+BATCH_KEYS = 250
 
 
 def _produce(dsn: str, mode: str, start: Any, index: int) -> list[tuple[int, bool]]:
     out = []
     with pgqueue.App(dsn=dsn, pool_min_size=0, pool_max_size=1) as app:
         start.wait()
+        if mode == "batch":
+            # Every producer settles the same keys in one statement, in its own
+            # order (locks taken in input order would deadlock), several times.
+            rng = random.Random(index)
+            for batch_no in range(BATCHES):
+                order = list(range(BATCH_KEYS))
+                rng.shuffle(order)
+                specs = [
+                    pgqueue.JobSpec(
+                        "t", {"p": index}, dedup_key=f"key-{batch_no}-{r}", dedup_window=3600
+                    )
+                    for r in order
+                ]
+                by_key = dict(zip(order, app.enqueue_many(specs), strict=True))
+                out += [(by_key[r].job_id, by_key[r].created) for r in range(BATCH_KEYS)]
+            return out
         for round_no in range(ROUNDS):
             key = f"key-{round_no}"
             if mode == "window":
@@ -256,7 +284,7 @@ def _produce(dsn: str, mode: str, start: Any, index: int) -> list[tuple[int, boo
     return out
 
 
-@pytest.mark.parametrize("mode", ["window", "debounce"])
+@pytest.mark.parametrize("mode", ["window", "debounce", "batch"])
 def test_concurrent_producers_create_one_job_per_key(
     app: pgqueue.App, db_dsn: str, mode: str
 ) -> None:
@@ -272,12 +300,17 @@ def test_concurrent_producers_create_one_job_per_key(
                 "SELECT dedup_key, count(*) FROM pgqueue.jobs GROUP BY dedup_key"
             ).fetchall()
         )
-    assert per_key == {f"key-{r}": 1 for r in range(ROUNDS)}
+    keys = (
+        [f"key-{b}-{r}" for b in range(BATCHES) for r in range(BATCH_KEYS)]
+        if mode == "batch"
+        else [f"key-{r}" for r in range(ROUNDS)]
+    )
+    assert per_key == dict.fromkeys(keys, 1)
     created = [c for out in results for _, c in out]
-    assert created.count(True) == ROUNDS
-    for round_no in range(ROUNDS):
-        ids = {out[round_no][0] for out in results}
-        assert len(ids) == 1, f"producers got different ids for key-{round_no}: {ids}"
+    assert created.count(True) == len(keys)
+    for n, key in enumerate(keys):
+        ids = {out[n][0] for out in results}
+        assert len(ids) == 1, f"producers got different ids for {key}: {ids}"
 
 
 def test_repeatable_read_contention_is_a_serialization_failure(

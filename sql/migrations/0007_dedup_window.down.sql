@@ -4,5 +4,7 @@ ALTER FUNCTION {schema}.enqueue_plain(text, jsonb, text, integer, timestamptz, i
     RENAME TO enqueue;
 DROP FUNCTION {schema}.enqueue_windowed(jsonb);
 DROP FUNCTION {schema}.dedup_claim(text, text, interval, interval, jsonb);
+DROP FUNCTION {schema}.dedup_lock(bigint[]);
+DROP FUNCTION {schema}.dedup_lock_key(text, text);
 DROP INDEX {schema}.jobs_archive_dedup_created_idx;
 DROP INDEX {schema}.jobs_dedup_created_idx;

@@ -21,20 +21,46 @@ CREATE INDEX jobs_dedup_created_idx ON {schema}.jobs (queue, dedup_key, created_
 CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive (queue, dedup_key, created_at)
     WHERE dedup_key IS NOT NULL;
 
--- Takes the key's lock, then: debounce → the queued job holding the key gets
--- the new payload and run_at = now() + p_debounce (its id is returned);
--- window → the id of the newest job created within p_window. NULL: create.
--- Internal, like enqueue_rows: only the definer functions below call it, so
--- it runs as their owner under their pinned search_path.
+-- The advisory lock key of (queue, dedup_key) in this schema.
+CREATE FUNCTION {schema}.dedup_lock_key(p_queue text, p_key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN hashtextextended('{schema}' || E'\n' || p_queue || E'\n' || p_key, 0);
+
+-- Takes the transaction-level locks of these keys in ascending order, so
+-- that two batches sharing keys cannot deadlock. A contended key under
+-- REPEATABLE READ/SERIALIZABLE is a serialization failure (the snapshot
+-- predates what the holder will commit).
+CREATE FUNCTION {schema}.dedup_lock(p_keys bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key bigint;
+BEGIN
+    FOR v_key IN SELECT DISTINCT k FROM unnest(p_keys) k WHERE k IS NOT NULL ORDER BY k LOOP
+        IF NOT pg_try_advisory_xact_lock(v_key) THEN
+            IF current_setting('transaction_isolation') <> 'read committed' THEN
+                RAISE EXCEPTION 'pgqueue: another transaction is enqueueing the same dedup key; '
+                                'retry this transaction'
+                    USING ERRCODE = '40001',
+                          HINT = 'windowed and debounced enqueues wait for each other under READ COMMITTED';
+            END IF;
+            PERFORM pg_advisory_xact_lock(v_key);
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- With the key's lock held (dedup_lock): debounce → the queued job holding
+-- the key gets the new payload and run_at = now() + p_debounce (its id is
+-- returned); window → the id of the newest job created within p_window.
+-- NULL: create the job. Internal, like enqueue_rows: only the definer
+-- functions below call it, as their owner under their pinned search_path.
 CREATE FUNCTION {schema}.dedup_claim(
     p_queue text, p_key text, p_window interval, p_debounce interval, p_payload jsonb
 ) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_lock bigint := hashtextextended(p_queue || E'\n' || p_key,
-                                      '{schema}.jobs'::regclass::oid::bigint);
-    v_id   bigint;
+    v_id bigint;
 BEGIN
     IF p_key IS NULL OR p_key = '' THEN
         RAISE EXCEPTION 'pgqueue: dedup_window and debounce need a dedup_key'
@@ -51,15 +77,6 @@ BEGIN
     IF p_debounce < interval '0' THEN
         RAISE EXCEPTION 'pgqueue: debounce must not be negative, got %', p_debounce
             USING ERRCODE = '22023';
-    END IF;
-    IF NOT pg_try_advisory_xact_lock(v_lock) THEN
-        IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'pgqueue: another transaction is enqueueing dedup key % in queue %; '
-                            'retry this transaction', quote_literal(left(p_key, 80)), p_queue
-                USING ERRCODE = '40001',
-                      HINT = 'windowed and debounced enqueues wait for each other under READ COMMITTED';
-        END IF;
-        PERFORM pg_advisory_xact_lock(v_lock);
     END IF;
 
     IF p_debounce IS NOT NULL THEN
@@ -97,8 +114,10 @@ END;
 $$;
 
 -- enqueue_batch for documents whose jobs may carry "dedup_window" and
--- "debounce" (seconds): those are settled one at a time through
--- dedup_claim, the others in one enqueue_batch. Rows in input order.
+-- "debounce" (seconds). Every such key is locked first (dedup_lock); then,
+-- in input order, each is settled by dedup_claim, and the jobs to create
+-- (with the plain ones) go to enqueue_batch together — flushed early when a
+-- key repeats, so that the later job sees the earlier one. Rows in input order.
 CREATE FUNCTION {schema}.enqueue_windowed(p_jobs jsonb)
 RETURNS TABLE (job_id bigint, created boolean)
 LANGUAGE plpgsql
@@ -108,54 +127,75 @@ AS $$
 DECLARE
     v_job      jsonb;
     v_ord      bigint;
+    v_slot     bigint;
     v_window   float8;
     v_debounce float8;
+    v_queue    text;
+    v_lock     text;
     v_id       bigint;
     v_created  boolean;
     v_ids      bigint[] := '{}';
     v_news     boolean[] := '{}';
-    v_plain    jsonb := '[]';
-    v_plain_at bigint[] := '{}';
+    v_pending  jsonb[] := '{}';
+    v_at       bigint[] := '{}';
+    v_keys     jsonb := '{}';
 BEGIN
     IF jsonb_typeof(p_jobs) <> 'array' THEN
         RAISE EXCEPTION 'pgqueue: enqueue_windowed takes a JSON array of jobs' USING ERRCODE = '22023';
     END IF;
+    PERFORM {schema}.dedup_lock(ARRAY(
+        SELECT {schema}.dedup_lock_key(coalesce(e ->> 'queue', 'default'), e ->> 'dedup_key')
+        FROM jsonb_array_elements(p_jobs) e
+        WHERE (e ->> 'dedup_window') IS NOT NULL OR (e ->> 'debounce') IS NOT NULL));
     FOR v_job, v_ord IN SELECT e.value, e.ordinality FROM jsonb_array_elements(p_jobs) WITH ORDINALITY e
     LOOP
         v_window := (v_job ->> 'dedup_window')::float8;
         v_debounce := (v_job ->> 'debounce')::float8;
-        IF v_window IS NULL AND v_debounce IS NULL THEN
-            v_plain := v_plain || jsonb_build_array(v_job);
-            v_plain_at := v_plain_at || v_ord;
-            CONTINUE;
-        END IF;
-        IF v_debounce IS NOT NULL AND (v_job ? 'run_at' OR v_job ? 'delay') THEN
-            RAISE EXCEPTION 'pgqueue: debounce sets run_at to now + debounce; give no run_at or delay'
-                USING ERRCODE = '22023';
-        END IF;
-        v_id := {schema}.dedup_claim(
-            coalesce(v_job ->> 'queue', 'default'), v_job ->> 'dedup_key',
-            make_interval(secs => v_window), make_interval(secs => v_debounce),
-            coalesce(v_job -> 'payload', '{}'));
-        v_created := false;
-        IF v_id IS NULL THEN
+        IF v_window IS NOT NULL OR v_debounce IS NOT NULL THEN
+            v_queue := coalesce(v_job ->> 'queue', 'default');
+            v_lock := v_queue || E'\n' || coalesce(v_job ->> 'dedup_key', '');
+            IF v_keys ? v_lock THEN
+                -- The key's earlier job of this batch must exist before this one is settled.
+                FOR v_id, v_created, v_slot IN
+                    SELECT b.job_id, b.created, v_at[b.n]
+                    FROM {schema}.enqueue_batch(to_jsonb(v_pending)) WITH ORDINALITY AS b(job_id, created, n)
+                LOOP
+                    v_ids[v_slot] := v_id;
+                    v_news[v_slot] := v_created;
+                END LOOP;
+                v_pending := '{}';
+                v_at := '{}';
+                v_keys := '{}';
+            END IF;
+            IF v_debounce IS NOT NULL AND (v_job ? 'run_at' OR v_job ? 'delay') THEN
+                RAISE EXCEPTION 'pgqueue: debounce sets run_at to now + debounce; give no run_at or delay'
+                    USING ERRCODE = '22023';
+            END IF;
+            v_id := {schema}.dedup_claim(
+                v_queue, v_job ->> 'dedup_key',
+                make_interval(secs => v_window), make_interval(secs => v_debounce),
+                coalesce(v_job -> 'payload', '{}'));
+            IF v_id IS NOT NULL THEN
+                v_ids[v_ord] := v_id;
+                v_news[v_ord] := false;
+                CONTINUE;
+            END IF;
             v_job := v_job - 'dedup_window' - 'debounce';
             IF v_debounce IS NOT NULL THEN
                 v_job := v_job || jsonb_build_object('delay', v_debounce);
             END IF;
-            SELECT b.job_id, b.created INTO v_id, v_created
-            FROM {schema}.enqueue_batch(jsonb_build_array(v_job)) b;
+            v_keys := v_keys || jsonb_build_object(v_lock, true);
         END IF;
-        v_ids[v_ord] := v_id;
-        v_news[v_ord] := v_created;
+        v_pending := v_pending || v_job;
+        v_at := v_at || v_ord;
     END LOOP;
-    IF jsonb_array_length(v_plain) > 0 THEN
-        FOR v_ord, v_id, v_created IN
-            SELECT v_plain_at[b.n], b.job_id, b.created
-            FROM {schema}.enqueue_batch(v_plain) WITH ORDINALITY AS b(job_id, created, n)
+    IF cardinality(v_pending) > 0 THEN
+        FOR v_id, v_created, v_slot IN
+            SELECT b.job_id, b.created, v_at[b.n]
+            FROM {schema}.enqueue_batch(to_jsonb(v_pending)) WITH ORDINALITY AS b(job_id, created, n)
         LOOP
-            v_ids[v_ord] := v_id;
-            v_news[v_ord] := v_created;
+            v_ids[v_slot] := v_id;
+            v_news[v_slot] := v_created;
         END LOOP;
     END IF;
     RETURN QUERY SELECT u.id, u.created FROM unnest(v_ids, v_news) AS u(id, created);
@@ -187,6 +227,7 @@ DECLARE
     v_id bigint;
 BEGIN
     IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
         v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
         IF v_id IS NOT NULL THEN
             RETURN v_id;
@@ -203,7 +244,9 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval),
     {schema}.enqueue_windowed(jsonb),
-    {schema}.dedup_claim(text, text, interval, interval, jsonb)
+    {schema}.dedup_claim(text, text, interval, interval, jsonb),
+    {schema}.dedup_lock(bigint[]),
+    {schema}.dedup_lock_key(text, text)
 FROM PUBLIC;
 
 -- Roles that could enqueue keep that right through the new functions.
