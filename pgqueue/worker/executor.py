@@ -27,7 +27,7 @@ from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
 from pgqueue.payloads import encode_result
 from pgqueue.retry import Permanent, Retry
-from pgqueue.worker.task_transaction import TaskTransactions
+from pgqueue.worker.task_transaction import TaskConnections, TaskTransactions
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -99,6 +99,8 @@ class Executor:
         self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
         self.max_result_bytes = app.max_result_bytes
+        # context.transaction() blocks: their own pools, never the worker's.
+        self.task_connections = TaskConnections(app.database.dsn, concurrency)
         self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
@@ -155,6 +157,7 @@ class Executor:
                 _extend=partial(self._request_extend, rj),
                 _transactions=TaskTransactions(
                     self.app.database,
+                    self.task_connections,
                     self.app.op_context,
                     job,
                     partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id]),

@@ -1,7 +1,8 @@
 """``context.transaction()``: a task's own writes and its job's success in one
 transaction.
 
-The block runs on one of the App's pooled connections inside ``BEGIN``. When
+The block runs inside ``BEGIN`` on a connection of the worker's task pool
+(:class:`TaskConnections`, apart from the pool the worker itself uses). When
 it ends without an exception, the job is marked succeeded by the same fenced
 statement the completer uses (``job_ack_many``: only while the job is still
 ``running`` under this attempt id) and then the transaction commits, so the
@@ -17,6 +18,8 @@ change under it from declaring the lease lost.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
@@ -27,6 +30,7 @@ from contextlib import (
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue.errors import InvalidOption
 from pgqueue.ops import consume
@@ -39,17 +43,73 @@ if TYPE_CHECKING:
     from pgqueue.ops import OpContext
 
 
+class TaskConnections:
+    """The connections of one worker's ``context.transaction()`` blocks: pools
+    of their own (opened on first use, at most ``size`` connections each), so
+    that tasks holding transactions never starve the worker's leasing,
+    heartbeats and completions, which use the App's async pool."""
+
+    def __init__(self, dsn: str, size: int) -> None:
+        self.dsn = dsn
+        self.size = size
+        self._sync: ConnectionPool | None = None
+        self._async: AsyncConnectionPool | None = None
+        self._lock = threading.Lock()
+
+    def sync_pool(self) -> ConnectionPool:
+        with self._lock:
+            if self._sync is None:
+                self._sync = ConnectionPool(
+                    self.dsn,
+                    kwargs={"autocommit": True},
+                    min_size=0,
+                    max_size=self.size,
+                    check=ConnectionPool.check_connection,
+                    name="pgqueue-task-transactions",
+                    open=True,
+                )
+            return self._sync
+
+    async def async_pool(self) -> AsyncConnectionPool:
+        # Only the worker's event loop runs async tasks: no lock needed.
+        if self._async is None:
+            pool = AsyncConnectionPool(
+                self.dsn,
+                kwargs={"autocommit": True},
+                min_size=0,
+                max_size=self.size,
+                check=AsyncConnectionPool.check_connection,
+                name="pgqueue-task-transactions-async",
+                open=False,
+            )
+            await pool.open()
+            self._async = pool
+        return self._async
+
+    async def close(self) -> None:
+        """Close both pools (the worker is stopping)."""
+        pool, self._async = self._async, None
+        if pool is not None:
+            await pool.close()
+        with self._lock:
+            sync_pool, self._sync = self._sync, None
+        if sync_pool is not None:
+            await asyncio.to_thread(sync_pool.close)
+
+
 class TaskTransactions:
     """The in-transaction completion of one attempt (at most one block)."""
 
     def __init__(
         self,
         database: Database,
+        connections: TaskConnections,
         ctx: OpContext,
         job: LeasedJob,
         on_completed: Callable[[], object],
     ) -> None:
         self.database = database
+        self.connections = connections
         self.ctx = ctx
         self.job = job
         self.on_completed = on_completed
@@ -72,7 +132,7 @@ class TaskTransactions:
 
     @contextmanager
     def sync(self) -> Iterator[psycopg.Connection[Any]]:
-        with self.database.sync_pool().connection() as conn:
+        with self.connections.sync_pool().connection() as conn:
             try:
                 with conn.transaction():
                     yield conn
@@ -85,7 +145,7 @@ class TaskTransactions:
 
     @asynccontextmanager
     async def async_(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        pool = await self.database.async_pool()
+        pool = await self.connections.async_pool()
         async with pool.connection() as conn:
             try:
                 async with conn.transaction():

@@ -126,6 +126,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
+            await executor.task_connections.close()
             self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
 
