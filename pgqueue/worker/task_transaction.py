@@ -97,6 +97,23 @@ class TaskConnections:
             await asyncio.to_thread(sync_pool.close)
 
 
+class TaskTransactionSource:
+    """What a worker's executor needs for ``context.transaction()``: the
+    database driver, the op context and the task pools."""
+
+    def __init__(self, database: Database, ctx: OpContext, size: int) -> None:
+        self.database = database
+        self.ctx = ctx
+        self.connections = TaskConnections(database.dsn, size)
+
+    def for_job(self, job: LeasedJob, on_completed: Callable[[], object]) -> TaskTransactions:
+        """The block of one attempt; ``on_completed`` runs once it committed."""
+        return TaskTransactions(self.database, self.connections, self.ctx, job, on_completed)
+
+    async def close(self) -> None:
+        await self.connections.close()
+
+
 class TaskTransactions:
     """The in-transaction completion of one attempt (at most one block)."""
 
