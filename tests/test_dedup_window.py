@@ -321,8 +321,10 @@ def test_repeatable_read_contention_is_a_serialization_failure(
     try:
         app.enqueue("t", {}, dedup_key="rr", dedup_window=60, conn=holder)  # holds the key's lock
         other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        with pytest.raises(psycopg.errors.SerializationFailure, match="retry this transaction"):
+        with pytest.raises(pgqueue.errors.QueryFailed, match="retry this transaction") as err:
             app.enqueue("t", {}, dedup_key="rr", dedup_window=60, conn=other)
+        assert err.value.sqlstate == "40001"
+        assert err.value.transient
         other.rollback()
         holder.commit()
     finally:
