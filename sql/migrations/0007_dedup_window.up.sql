@@ -138,7 +138,8 @@ DECLARE
     v_news     boolean[] := '{}';
     v_pending  jsonb[] := '{}';
     v_at       bigint[] := '{}';
-    v_keys     jsonb := '{}';
+    v_repeats  text[];
+    v_keys     text[] := '{}';
 BEGIN
     IF jsonb_typeof(p_jobs) <> 'array' THEN
         RAISE EXCEPTION 'pgqueue: enqueue_windowed takes a JSON array of jobs' USING ERRCODE = '22023';
@@ -147,6 +148,12 @@ BEGIN
         SELECT {schema}.dedup_lock_key(coalesce(e ->> 'queue', 'default'), e ->> 'dedup_key')
         FROM jsonb_array_elements(p_jobs) e
         WHERE (e ->> 'dedup_window') IS NOT NULL OR (e ->> 'debounce') IS NOT NULL));
+    -- Keys that occur more than once (rare): only those need the early flush.
+    v_repeats := ARRAY(
+        SELECT coalesce(e ->> 'queue', 'default') || E'\n' || (e ->> 'dedup_key')
+        FROM jsonb_array_elements(p_jobs) e
+        WHERE (e ->> 'dedup_window') IS NOT NULL OR (e ->> 'debounce') IS NOT NULL
+        GROUP BY 1 HAVING count(*) > 1);
     FOR v_job, v_ord IN SELECT e.value, e.ordinality FROM jsonb_array_elements(p_jobs) WITH ORDINALITY e
     LOOP
         v_window := (v_job ->> 'dedup_window')::float8;
@@ -154,7 +161,7 @@ BEGIN
         IF v_window IS NOT NULL OR v_debounce IS NOT NULL THEN
             v_queue := coalesce(v_job ->> 'queue', 'default');
             v_lock := v_queue || E'\n' || coalesce(v_job ->> 'dedup_key', '');
-            IF v_keys ? v_lock THEN
+            IF cardinality(v_repeats) > 0 AND v_lock = ANY (v_keys) THEN
                 -- The key's earlier job of this batch must exist before this one is settled.
                 FOR v_id, v_created, v_slot IN
                     SELECT b.job_id, b.created, v_at[b.n]
@@ -184,7 +191,9 @@ BEGIN
             IF v_debounce IS NOT NULL THEN
                 v_job := v_job || jsonb_build_object('delay', v_debounce);
             END IF;
-            v_keys := v_keys || jsonb_build_object(v_lock, true);
+            IF v_lock = ANY (v_repeats) THEN
+                v_keys := v_keys || v_lock;
+            END IF;
         END IF;
         v_pending := v_pending || v_job;
         v_at := v_at || v_ord;
