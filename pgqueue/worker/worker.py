@@ -30,6 +30,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
+from pgqueue.worker.task_transaction import TaskTransactionSource
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -92,7 +93,10 @@ class Worker:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.op_context
         completer = Completer(database, ctx, self.fail)
-        executor = Executor(app.tasks, settings.concurrency, completer, app.max_result_bytes)
+        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
+        executor = Executor(
+            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
+        )
         completer.executor = executor
         executor.unknown_task_grace = settings.unknown_task_grace
         executor.worker_id = settings.worker_id
@@ -161,6 +165,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
+            await transactions.close()
             self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
         if self.fatal is not None:

@@ -25,7 +25,7 @@ LANGUAGE sql STABLE AS $$
                         AS run_at) t
 $$;
 
-CREATE OR REPLACE FUNCTION {schema}.enqueue(
+CREATE OR REPLACE FUNCTION {schema}.enqueue_plain(
     task         text,
     payload      jsonb DEFAULT '{}',
     queue        text DEFAULT 'default',
@@ -214,6 +214,40 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION {schema}.enqueue(
+    task         text,
+    payload      jsonb DEFAULT '{}',
+    queue        text DEFAULT 'default',
+    priority     integer DEFAULT 0,
+    run_at       timestamptz DEFAULT now(),
+    max_attempts integer DEFAULT NULL,
+    dedup_key    text DEFAULT NULL,
+    serial_key   text DEFAULT NULL,
+    dedup_window interval DEFAULT NULL,
+    debounce     interval DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
+        v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        IF debounce IS NOT NULL THEN
+            run_at := now() + debounce;
+        END IF;
+    END IF;
+    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                  dedup_key, serial_key);
 END;
 $$;
 

@@ -114,10 +114,11 @@ LANGUAGE sql STABLE AS $$
                         AS backoff) b
 $$;
 
--- The SQL API. queue and priority now default to NULL: the task's declared
--- defaults (registry) or live setting apply, else 'default' and 0.
+-- The SQL API's plain path (0007 renamed the 0003 enqueue() to enqueue_plain
+-- and delegates to it). queue and priority now default to NULL: the task's
+-- declared defaults (registry) or live setting apply, else 'default' and 0.
 -- max_attempts 0 means unlimited.
-CREATE OR REPLACE FUNCTION {schema}.enqueue(
+CREATE OR REPLACE FUNCTION {schema}.enqueue_plain(
     task         text,
     payload      jsonb DEFAULT '{}',
     queue        text DEFAULT NULL,
@@ -451,9 +452,44 @@ BEGIN
 END;
 $$;
 
-REVOKE EXECUTE ON FUNCTION
-    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)
-FROM PUBLIC;
+-- The SQL API of 0007 (dedup_window, debounce), with queue and priority
+-- defaulting to NULL as above. A windowed enqueue needs the queue before the
+-- job exists (its key lock and lookup are per queue): the registry's.
+CREATE OR REPLACE FUNCTION {schema}.enqueue(
+    task         text,
+    payload      jsonb DEFAULT '{}',
+    queue        text DEFAULT NULL,
+    priority     integer DEFAULT NULL,
+    run_at       timestamptz DEFAULT now(),
+    max_attempts integer DEFAULT NULL,
+    dedup_key    text DEFAULT NULL,
+    serial_key   text DEFAULT NULL,
+    dedup_window interval DEFAULT NULL,
+    debounce     interval DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        queue := coalesce(queue, (SELECT g.queue FROM {schema}.tasks g WHERE g.name = task),
+                          'default');
+        PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
+        v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        IF debounce IS NOT NULL THEN
+            run_at := now() + debounce;
+        END IF;
+    END IF;
+    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                  dedup_key, serial_key);
+END;
+$$;
 
 -- An admin migrates as a member of the schema owner's role, so the tables
 -- above would belong to the admin; the enqueue and lease functions run as
