@@ -162,8 +162,8 @@ class App:
         priority: int = 0,
         max_attempts: int = 5,
         retry: Backoff = DEFAULT_BACKOFF,
-        lease_seconds: float = 60,
-        timeout: float | timedelta | None = None,
+        lease_seconds: float | str = 60,
+        timeout: float | str | timedelta | None = None,
         pass_context: bool = False,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
@@ -225,7 +225,7 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
@@ -246,7 +246,7 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,

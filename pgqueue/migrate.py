@@ -15,7 +15,8 @@ from typing import TextIO
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
 from pgqueue.config import resolve_dsn
-from pgqueue.errors import PermissionDenied
+from pgqueue.database import describe_target
+from pgqueue.errors import ConnectionFailed, PermissionDenied
 from pgqueue.queries import render
 
 __all__ = ["current", "downgrade", "render_migration", "upgrade"]
@@ -87,7 +88,12 @@ def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
     from psycopg import sql as pgsql
 
     validation.schema_name(schema)
-    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
+    target = resolve_dsn(dsn)
+    try:
+        conn = psycopg.connect(target, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise ConnectionFailed(f"PostgreSQL at {describe_target(target)}: {exc}") from None
+    with conn:
         try:
             row = conn.execute(
                 pgsql.SQL("SELECT version_num FROM {}.alembic_version").format(

@@ -58,7 +58,7 @@ class JobSpec:
     queue: str | None = None
     priority: int | None = None
     run_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | str | timedelta | None = None
     max_attempts: int | None = None
     dedup_key: str | None = None
     serial_key: str | None = None

@@ -37,8 +37,8 @@ class Task(Generic[P, R]):
         priority: int = 0,
         max_attempts: int = 5,
         retry: Backoff = DEFAULT_BACKOFF,
-        lease_seconds: float = 60,
-        timeout: float | timedelta | None = None,
+        lease_seconds: float | str = 60,
+        timeout: float | str | timedelta | None = None,
         pass_context: bool = False,
     ) -> None:
         if not isinstance(retry, Backoff):
@@ -82,7 +82,7 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,

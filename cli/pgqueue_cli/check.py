@@ -32,7 +32,8 @@ def check(
     Stuck jobs are running jobs whose lease expired (no reaper ran); dead
     workers are registered workers without a heartbeat; paused queues never
     count as backlogged. Exit code 0 when every check passes, 1 otherwise,
-    for health probes and monitoring. With --json: a HealthReport object
+    for health probes and monitoring; with --quiet only the failed checks
+    are printed, one `error:` line each on stderr. With --json: a HealthReport object
     {"ok", "checks": [{"name", "ok", "message"}], ...}.
 
     Examples:
@@ -57,4 +58,8 @@ def check(
             output.info(f"{mark} {item.name}: {one_line(item.message)}")
         output.info("healthy" if report.ok else "unhealthy")
     if not report.ok:
+        if quiet:  # quiet hides the OK lines, never the reason for a failure
+            for item in report.checks:
+                if not item.ok:
+                    typer.echo(f"error: {item.name}: {one_line(item.message)}", err=True)
         raise typer.Exit(FAILURE)

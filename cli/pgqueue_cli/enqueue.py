@@ -147,9 +147,10 @@ def enqueue_all(
         return results
     # One transaction around the batches: a bad payload on line 90,000 or a
     # dropped connection leaves nothing half-imported, so the run can simply
-    # be repeated. Batches keep each statement (and its JSON) bounded.
+    # be repeated. Batches keep each statement (and its JSON) bounded. A pooled
+    # connection: it gets the pool's session setup and schema check.
     with (
-        app.database.connect() as conn,
+        app.database.sync_pool().connection() as conn,
         conn.transaction(),
         output.progress("enqueueing", len(specs), show_bar) as advance,
     ):

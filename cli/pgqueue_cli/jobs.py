@@ -154,7 +154,7 @@ def show(
     if tracebacks:
         for a in attempts:
             if a.traceback:
-                console.rule(f"attempt {a.attempt} traceback")
+                output.info(f"--- attempt {a.attempt} traceback ---")
                 console.print(a.traceback, markup=False, highlight=False)
     output.info(f"why: {explanation}")
 
