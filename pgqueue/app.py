@@ -16,7 +16,7 @@ import psycopg
 from pgqueue import health, validation
 from pgqueue.config import resolve_dsn
 from pgqueue.database import Database
-from pgqueue.errors import InvalidName, InvalidOption
+from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
 from pgqueue.models import (
     Enqueued,
@@ -41,7 +41,7 @@ from pgqueue.ops import (
     schedules,
 )
 from pgqueue.ops import health as health_ops
-from pgqueue.payloads import encode_result
+from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
@@ -299,14 +299,16 @@ class App:
         )
 
     def ack(self, leased: LeasedJob, result: Any = None) -> None:
-        """Mark a leased job succeeded, storing ``result`` (JSON). Raises
-        LeaseLost, changing nothing, when this lease is no longer valid."""
-        value = encode_result(result, self.max_result_bytes)
+        """Mark a leased job succeeded, storing ``result`` (JSON, with the
+        encoding of :func:`pgqueue.payloads.encode_result`). Raises LeaseLost,
+        changing nothing, when this lease is no longer valid, and
+        InvalidPayload, changing nothing, for a result that cannot be stored."""
+        value = _storable_result(result, self.max_result_bytes)
         self.database.run(consume.ack_many(self.op_context, [leased], [value]))
 
     async def ack_async(self, leased: LeasedJob, result: Any = None) -> None:
         """Async twin of :meth:`ack`."""
-        value = encode_result(result, self.max_result_bytes)
+        value = _storable_result(result, self.max_result_bytes)
         await self.database.run_async(consume.ack_many(self.op_context, [leased], [value]))
 
     def ack_many(self, leased: Sequence[LeasedJob]) -> None:
@@ -414,7 +416,8 @@ class App:
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """The job's stored return value, waiting (via NOTIFY) until it
-        finishes. Raises JobFailed (dead), JobCancelled, or ResultTimeout."""
+        finishes. Raises JobFailed (dead), JobCancelled, ResultTimeout, or
+        ResultNotStored (it succeeded, but its return value could not be stored)."""
         return self.database.run(inspect.result(job_id, timeout, self._result_poll))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
@@ -780,3 +783,10 @@ class App:
 
 def _no_clock() -> datetime | None:
     return None
+
+
+def _storable_result(result: Any, max_bytes: int) -> str | None:
+    value = encode_result(result, max_bytes)
+    if isinstance(value, UnstoredResult):
+        raise InvalidPayload(f"cannot store the result: {value}")
+    return value
