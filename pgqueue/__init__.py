@@ -47,6 +47,7 @@ from pgqueue.models import (
     LeasedJob,
     Page,
     QueueMetrics,
+    Replayed,
     Schedule,
     TableVacuum,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "LeaseLost",
     "LeasedJob",
     "Page",
+    "Replayed",
     "PayloadTooLarge",
     "Permanent",
     "PermissionDenied",

@@ -26,6 +26,7 @@ from pgqueue.models import (
     LeasedJob,
     Page,
     QueueMetrics,
+    Replayed,
     Schedule,
     TableVacuum,
 )
@@ -38,6 +39,7 @@ from pgqueue.ops import (
     enqueue,
     inspect,
     maintenance,
+    operator,
     schedules,
 )
 from pgqueue.ops import health as health_ops
@@ -440,15 +442,57 @@ class App:
         """Async twin of :meth:`cancel`."""
         return await self.database.run_async(admin.cancel(job_id))
 
-    def replay(self, job_id: int, queue: str | None = None, run_at: datetime | None = None) -> int:
-        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns the new id."""
-        return self.database.run(admin.replay(job_id, queue, run_at))
+    def cancel_many(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Cancel up to ``limit`` live jobs in one short statement, chosen by
+        ``job_ids`` and/or the filters (``statuses``: queued, scheduled,
+        running; running ones are asked to stop); returns the ids. Call again
+        until it returns fewer than ``limit``."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in self.database.run(operator.cancel_batch(params))]
+
+    async def cancel_many_async(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Async twin of :meth:`cancel_many`."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in await self.database.run_async(operator.cancel_batch(params))]
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete a queue and its settings (pause, limits); refused with
+        InvalidJobState while it holds live or dead jobs."""
+        self.database.run(operator.delete_queue(queue))
+
+    async def delete_queue_async(self, queue: str) -> None:
+        """Async twin of :meth:`delete_queue`."""
+        await self.database.run_async(operator.delete_queue(queue))
+
+    def replay(
+        self, job_id: int, queue: str | None = None, run_at: datetime | None = None
+    ) -> Replayed:
+        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns
+        the new id as a :class:`Replayed` (an int with ``job_id`` and
+        ``replayed_from``, the fields of ``pgqueue jobs replay --json``)."""
+        return Replayed(self.database.run(admin.replay(job_id, queue, run_at)), job_id)
 
     async def replay_async(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
-    ) -> int:
+    ) -> Replayed:
         """Async twin of :meth:`replay`."""
-        return await self.database.run_async(admin.replay(job_id, queue, run_at))
+        return Replayed(await self.database.run_async(admin.replay(job_id, queue, run_at)), job_id)
 
     def requeue_dead(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""

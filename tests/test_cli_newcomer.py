@@ -14,7 +14,7 @@ import pytest
 import pgqueue
 from pgqueue.database import SCHEMA_REVISION
 from pgqueue.durations import parse_duration
-from tests.cli_support import assert_one_line_error, invoke, run_cli
+from tests.cli_support import assert_one_line_error, invoke
 from tests.fixtures.workers import Workers
 
 # --- durations (items 2 and 10) ---------------------------------------------
@@ -73,16 +73,16 @@ def test_numbers_stay_seconds_in_python() -> None:
 
 
 def test_check_quiet_says_why_it_fails() -> None:
-    done = run_cli("postgresql://nobody@127.0.0.1:1/none", "check", "--quiet")
-    assert done.returncode == 1
+    done = invoke("postgresql://nobody@127.0.0.1:1/none", "check", "--quiet")
+    assert done.exit_code == 1
     assert done.stdout == ""
     assert "error: connection:" in done.stderr or "error: " in done.stderr
     assert "127.0.0.1:1/none" in done.stderr
 
 
 def test_check_quiet_prints_nothing_when_healthy(db_dsn: str) -> None:
-    done = run_cli(db_dsn, "check", "--quiet")
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    done = invoke(db_dsn, "check", "--quiet")
+    assert (done.exit_code, done.stdout, done.stderr) == (0, "", "")
 
 
 # --- piped output (item 11) ---------------------------------------------------
@@ -95,8 +95,8 @@ def test_piped_tables_are_never_wrapped(
     app.enqueue("a_task_with_a_rather_long_name_" + "x" * 60, {"k": "v" * 150}, queue=queue)
     monkeypatch.setenv("COLUMNS", "60")
     for args in (("status",), ("jobs", "list")):
-        done = run_cli(db_dsn, *args)
-        assert done.returncode == 0, done.stderr
+        done = invoke(db_dsn, *args)
+        assert done.exit_code == 0, done.stderr
         rows = [line for line in done.stdout.splitlines() if queue in line]
         assert len(rows) == 1, done.stdout
         assert "x" * 60 in rows[0] or args == ("status",)
@@ -106,17 +106,17 @@ def test_piped_tables_are_never_wrapped(
 
 
 def test_migrate_says_what_it_did(empty_db_dsn: str) -> None:
-    first = run_cli(empty_db_dsn, "--schema", "fresh", "migrate")
-    assert first.returncode == 0, first.stderr
+    first = invoke(empty_db_dsn, "--schema", "fresh", "migrate")
+    assert first.exit_code == 0, first.stderr
     assert first.stdout.strip() == f'created schema "fresh": 0001 → {SCHEMA_REVISION}'
-    again = run_cli(empty_db_dsn, "--schema", "fresh", "migrate")
+    again = invoke(empty_db_dsn, "--schema", "fresh", "migrate")
     assert again.stdout.strip() == (
         f'schema "fresh" is up to date (revision {SCHEMA_REVISION}): nothing applied'
     )
 
 
 def test_unmigrated_schema_error_names_the_database(empty_db_dsn: str) -> None:
-    done = run_cli(empty_db_dsn, "status")
+    done = invoke(empty_db_dsn, "status")
     assert_one_line_error(done, "not migrated", "127.0.0.1:", empty_db_dsn.rsplit("/", 1)[1])
 
 

@@ -28,6 +28,7 @@ from pgqueue_cli import (
     queue,
     schedule,
     status,
+    uninstall,
 )
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, one_line
@@ -202,6 +203,7 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
+app.command()(uninstall.uninstall)
 
 
 def run() -> None:
