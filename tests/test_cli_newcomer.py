@@ -8,10 +8,12 @@ import signal
 import textwrap
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pgqueue
+import pgqueue.cron
 from pgqueue.database import SCHEMA_REVISION
 from pgqueue.durations import parse_duration
 from tests.cli_support import assert_one_line_error, invoke
@@ -216,3 +218,74 @@ def test_dsn_on_the_command_line_is_what_an_app_without_dsn_uses(
     assert started["database"].endswith("/" + db_dsn.rsplit("/", 1)[1])
     worker.send(signal.SIGTERM)
     assert worker.wait_exit() == 0
+
+
+# --- help and error wording (items 15 and 16) -----------------------------------------
+
+
+def _all_commands() -> list[tuple[str, ...]]:
+    import typer.main
+    from pgqueue_cli.main import app as cli_app
+
+    found: list[tuple[str, ...]] = []
+
+    def walk(command: Any, path: tuple[str, ...]) -> None:
+        children = getattr(command, "commands", None)
+        if children:
+            for name, child in children.items():
+                walk(child, (*path, name))
+        else:
+            found.append(path)
+
+    walk(typer.main.get_command(cli_app), ())
+    return found
+
+
+def test_every_command_has_an_example_and_no_python_types_in_help() -> None:
+    commands = _all_commands()
+    assert ("uninstall",) in commands
+    assert ("queue", "purge") in commands
+    for command in commands:
+        result = invoke(None, *command, "--help")
+        assert result.exit_code == 0, (command, result.output)
+        text = result.stdout
+        assert "Examples:" in text, command
+        examples = text.split("Examples:", 1)[1]
+        assert "pgqueue " in examples, command
+        assert f" {command[-1]}" in examples, command
+        for python_type in ("<bool>", "<str>", "<int>", "<float>", "list[", "{"):
+            usage = text.split("\n\n", 2)[1] if python_type == "{" else text
+            assert python_type not in usage, (command, python_type, usage)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("enqueue", "t", "--delay", "10s", "--run-at", "2099-01-01"), "give --run-at or --delay"),
+        (("worker", "--app", "x:app", "--log-format", "yaml"), "--log-format must be auto"),
+        (("worker", "--app", "x:app", "--log-level", "loud"), "--log-level must be one of"),
+    ],
+)
+def test_cli_errors_name_flags(args: tuple[str, ...], message: str) -> None:
+    assert_one_line_error(invoke("postgresql://nobody@127.0.0.1:1/none", *args), message)
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("61 * * * *", "minute field '61': 61 is out of range 0-59"),
+        ("0 24 * * *", "hour field '24': 24 is out of range 0-23"),
+        ("0 0 * 13 *", "month field '13': 13 is out of range 1-12"),
+        ("*/0 * * * *", "step '0' must be a whole number of at least 1"),
+        ("0 0 31 2 *", "it never fires"),
+        ("* * * * * * *", "it has 7 fields; use 5"),
+        ("5-1 * * * *", "range '5-1' goes backwards"),
+        ("0 0 * * funday", "'funday' is not a number or a name (sun..sat)"),
+    ],
+)
+def test_cron_errors_say_which_field_and_why(cron: str, message: str) -> None:
+    with pytest.raises(pgqueue.InvalidCron) as caught:
+        pgqueue.cron.Cron.parse(cron)
+    assert message in str(caught.value)
+    for croniter_words in ("not acceptable", "Exactly", "failed to find next date"):
+        assert croniter_words not in str(caught.value)

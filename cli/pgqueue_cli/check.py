@@ -16,13 +16,23 @@ from pgqueue_cli.options import JsonOption, QuietOption
 
 def check(
     max_ready_age: Annotated[
-        str, typer.Option(help="Fail when a queue's oldest ready job waited longer than this.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Fail when a queue's oldest ready job waited longer than this."
+        ),
     ] = "5m",
     worker_timeout: Annotated[
-        str, typer.Option(help="A registered worker silent for longer than this is dead.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="A registered worker silent for longer than this is dead."
+        ),
     ] = "60s",
     max_clock_skew: Annotated[
-        str, typer.Option(help="Fail when the server's clock differs from this machine's by more.")
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Fail when the server's clock differs from this machine's by more.",
+        ),
     ] = "5s",
     quiet: QuietOption = False,
     as_json: JsonOption = False,

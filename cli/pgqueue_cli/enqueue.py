@@ -35,7 +35,9 @@ def enqueue(
     ] = None,
     delay: Annotated[
         str | None,
-        typer.Option(help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False),
+        typer.Option(
+            metavar="DURATION", help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False
+        ),
     ] = None,
     run_at: Annotated[
         str | None, typer.Option(help="Run at this ISO-8601 time.", show_default=False)
@@ -80,6 +82,8 @@ def enqueue(
 
       jq -c '.[]' users.json | pgqueue enqueue welcome --batch
     """
+    if run_at is not None and delay is not None:
+        raise InvalidOption("give --run-at or --delay, not both")
     when = parsing.moment("--run-at", run_at)
     wait = parsing.optional_duration("--delay", delay)
     if batch:

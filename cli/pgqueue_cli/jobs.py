@@ -196,7 +196,7 @@ def _print_attempts(attempts: list[pgqueue.Attempt]) -> None:
 def cancel(
     job_ids: Annotated[
         list[str] | None,
-        typer.Argument(metavar="[ID]...", help="The jobs' ids.", show_default=False),
+        typer.Argument(metavar="ID...", help="The jobs' ids.", show_default=False),
     ] = None,
     queue: Annotated[
         str | None, typer.Option("--queue", "-q", help="Cancel the live jobs of this queue.")

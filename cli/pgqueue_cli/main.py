@@ -15,13 +15,15 @@ from typing import Annotated
 import typer
 
 import pgqueue
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import InvalidOption, PgQueueError
+from pgqueue.logs import LEVELS
 from pgqueue_cli import (
     apps,
     check,
     dlq,
     enqueue,
     grant,
+    helptext,
     jobs,
     maintenance,
     parsing,
@@ -33,6 +35,8 @@ from pgqueue_cli import (
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, one_line
 
+helptext.install()
+
 app = typer.Typer(
     name="pgqueue",
     cls=PgQueueGroup,
@@ -40,6 +44,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+LOG_FORMATS = ("auto", "console", "json")
 
 
 def version_callback(value: bool) -> None:
@@ -53,7 +60,8 @@ def main(
     dsn: Annotated[
         str | None,
         typer.Option(
-            help="PostgreSQL DSN (else PGQUEUE_DSN, DATABASE_URL, libpq defaults).",
+            help="PostgreSQL DSN (else PGQUEUE_DSN, DATABASE_URL, libpq's PG* variables, "
+            "else postgresql://postgres@127.0.0.1:5432/postgres).",
             envvar="PGQUEUE_DSN",
             show_envvar=False,
         ),
@@ -129,16 +137,28 @@ def worker(
         list[str] | None,
         typer.Option("--queue", "-q", help="Queue to serve (repeatable); default: all."),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Jobs running at once in this process.")] = 10,
+    concurrency: Annotated[
+        int, typer.Option(help="Jobs running at once in this process.", min=1, max=100_000)
+    ] = 10,
     batch_size: Annotated[
         int | None,
-        typer.Option(help="Most jobs leased per statement (default: concurrency, at most 500)."),
+        typer.Option(
+            help="Most jobs leased per statement (default: concurrency, at most 500).",
+            min=1,
+            max=100_000,
+        ),
     ] = None,
     poll_interval: Annotated[
-        str, typer.Option(help="Time between polls when no notification comes, e.g. 2s.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Time between polls when no notification comes, e.g. 2s."
+        ),
     ] = "2s",
     shutdown_timeout: Annotated[
-        str, typer.Option(help="Time running jobs get to finish on SIGTERM, e.g. 30s or 2m.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Time running jobs get to finish on SIGTERM, e.g. 30s or 2m."
+        ),
     ] = "30s",
     scheduler: Annotated[
         bool, typer.Option("--scheduler/--no-scheduler", help="Run the cron scheduler.")
@@ -150,7 +170,9 @@ def worker(
             help="Wake on LISTEN/NOTIFY (off behind a transaction-mode PgBouncer).",
         ),
     ] = True,
-    reap_interval: Annotated[str, typer.Option(help="Time between reaper runs, e.g. 5s.")] = "5s",
+    reap_interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between reaper runs, e.g. 5s.")
+    ] = "5s",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_format: Annotated[
         str, typer.Option(help="auto (console on a TTY, else JSON), console or json.")
@@ -168,6 +190,10 @@ def worker(
 
       pgqueue worker --app ./tasks.py:app --shutdown-timeout 2m
     """
+    if log_format not in LOG_FORMATS:
+        raise InvalidOption(f"--log-format must be auto, console or json, got {log_format!r}")
+    if log_level.lower() not in LEVELS:
+        raise InvalidOption(f"--log-level must be one of {', '.join(LEVELS)}, got {log_level!r}")
     poll = parsing.duration("--poll-interval", poll_interval)
     shutdown = parsing.duration("--shutdown-timeout", shutdown_timeout)
     reap = parsing.duration("--reap-interval", reap_interval)

@@ -36,7 +36,7 @@ def status(
         bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
     ] = False,
     interval: Annotated[
-        str, typer.Option(help="Time between refreshes with --watch, e.g. 2s.")
+        str, typer.Option(metavar="DURATION", help="Time between refreshes with --watch, e.g. 2s.")
     ] = "2s",
     count: Annotated[
         int | None,
