@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import pgqueue
@@ -289,3 +290,43 @@ def test_cron_errors_say_which_field_and_why(cron: str, message: str) -> None:
     assert message in str(caught.value)
     for croniter_words in ("not acceptable", "Exactly", "failed to find next date"):
         assert croniter_words not in str(caught.value)
+
+
+# --- grant --sql offline (item 13) ---------------------------------------------------------
+
+
+def test_grant_sql_needs_no_database_nor_role() -> None:
+    result = invoke(
+        "postgresql://nobody@127.0.0.1:1/none",
+        "--schema",
+        "jobs",
+        "grant",
+        "--role",
+        "not_created_yet",
+        "--worker",
+        "--sql",
+    )
+    assert result.exit_code == 0, result.output
+    assert 'GRANT USAGE ON SCHEMA "jobs" TO "not_created_yet";' in result.stdout
+    assert "lease_jobs" in result.stdout
+    admin = invoke(None, "grant", "--role", "ops", "--admin", "--sql", "--owner", "app_owner")
+    assert 'GRANT "app_owner" TO "ops";' in admin.stdout
+    hint = invoke(None, "grant", "--role", "ops", "--admin", "--sql")
+    assert "pass --owner" in hint.stdout
+
+
+def test_grant_sql_offline_matches_the_online_statements(db_dsn: str) -> None:
+    from pgqueue import grants
+
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS pgq_offline_worker")
+        conn.execute("CREATE ROLE pgq_offline_worker")
+    try:
+        online = grants.grant("pgq_offline_worker", "worker", dsn=db_dsn, dry_run=True)
+        offline = grants.grant_sql("pgq_offline_worker", "worker")
+        assert [s for s in offline if not s.startswith("--")] == [
+            s for s in online if not s.startswith("--")
+        ]
+    finally:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute("DROP ROLE pgq_offline_worker")
