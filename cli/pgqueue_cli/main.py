@@ -20,6 +20,7 @@ from pgqueue.logs import LEVELS
 from pgqueue_cli import (
     apps,
     check,
+    dev,
     dlq,
     enqueue,
     grant,
@@ -230,6 +231,7 @@ app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
 app.command()(uninstall.uninstall)
+app.command()(dev.dev)
 
 
 def run() -> None:
