@@ -125,3 +125,34 @@ def test_worker_reports_results_it_cannot_store(
     warnings = worker.logged("result was not stored")
     assert sorted(w["job_id"] for w in warnings) == sorted([ids["opaque"], ids["huge"]])
     assert all(w["task"] in ("opaque", "huge") and w["reason"] for w in warnings)
+
+
+FAILING = """
+import pgqueue
+
+app = pgqueue.App()
+
+@app.task(max_attempts=2, retry=pgqueue.Backoff(base=0, jitter=0))
+def boom() -> None:
+    raise ValueError("no")
+
+@app.task
+def refuse() -> None:
+    raise pgqueue.Permanent("bad input")
+"""
+
+
+def test_worker_says_when_a_job_is_dead(workers: Workers, db_dsn: str, tmp_path: Path) -> None:
+    module = tmp_path / "failing_tasks.py"
+    module.write_text(textwrap.dedent(FAILING))
+    with pgqueue.App(db_dsn) as app:
+        boom = app.enqueue("boom", max_attempts=2).job_id  # by name: state the attempts
+        refuse = app.enqueue("refuse").job_id
+        worker = workers.spawn(app=f"{module}:app")
+        workers.wait_finished(app, [boom, refuse])
+    worker.wait_logged("job is dead", timeout=30)
+    dead = {line["job_id"]: line for line in worker.logged("job is dead")}
+    assert dead[boom]["event"] == "job is dead: no attempts left"
+    assert (dead[boom]["task"], dead[boom]["attempt"]) == ("boom", 2)
+    assert dead[refuse]["event"] == "job is dead: permanent failure"
+    assert len(worker.logged("job failed")) == 3  # two attempts of boom, one of refuse
