@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import pwd
 import shutil
 import socket
 import stat
@@ -61,7 +60,7 @@ class DevServer:
 def default_data_dir() -> Path:
     """Per user: ``$XDG_DATA_HOME/pgqueue/dev-postgres`` (``~/.local/share``);
     as root ``/var/lib/pgqueue/dev-postgres`` (the server's own user must reach it)."""
-    if os.geteuid() == 0:
+    if os.name == "posix" and os.geteuid() == 0:
         return Path("/var/lib/pgqueue/dev-postgres")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "pgqueue" / "dev-postgres"
@@ -187,9 +186,11 @@ def ensure_for_development(announce: Callable[[str], None] = print) -> str | Non
 def _server_user(bins: Path, data: Path) -> str | None:
     """The OS user the server runs as: None (ourselves) unless we are root."""
     data.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
+    if os.name != "posix" or os.geteuid() != 0:
         data.chmod(0o700)
         return None
+    import pwd
+
     user = "postgres"
     try:
         pwd.getpwnam(user)
@@ -213,13 +214,18 @@ def _server_user(bins: Path, data: Path) -> str | None:
 
 
 def _run(command: list[str], user: str | None, log: Path | None = None) -> None:
+    group = None
+    if user is not None:
+        import pwd
+
+        group = pwd.getpwnam(user).pw_gid
     try:
         # As root: the server's own user, group and no supplementary groups
         # (root's group would otherwise decide access to root-owned parents).
         done = subprocess.run(
             command,
             user=user,
-            group=pwd.getpwnam(user).pw_gid if user else None,
+            group=group,
             extra_groups=[] if user else None,
             cwd="/",
             stdin=subprocess.DEVNULL,
