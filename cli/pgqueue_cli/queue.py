@@ -9,7 +9,7 @@ import typer
 import pgqueue
 from pgqueue import validation
 from pgqueue.errors import InvalidName
-from pgqueue.ops import operator
+from pgqueue.ops import admin, operator
 from pgqueue_cli import output
 from pgqueue_cli.bulk import bulk_cancel
 from pgqueue_cli.context import open_app
@@ -98,6 +98,11 @@ def limit(
 
       pgqueue queue limit mail --clear
     """
+    # Bad values first: they are wrong whether or not the queue exists.
+    if rate is not None:
+        admin.parse_rate(rate)
+    if concurrency is not None:
+        validation.positive_int("--concurrency", concurrency)
     with open_app() as queue_app:
         must_exist(queue_app, queue, create)
         before = current(queue_app, queue)
