@@ -124,3 +124,30 @@ def test_default_dsn_is_what_readme_states(monkeypatch: pytest.MonkeyPatch) -> N
     assert pgqueue.App().dsn == "postgresql://postgres@127.0.0.1:5432/postgres"
     monkeypatch.setenv("PGHOST", "/var/run/postgresql")
     assert pgqueue.App().dsn == ""  # libpq's own resolution, PGHOST and all
+
+
+@needs_wheel
+def test_quickstart_starts_a_server_when_nothing_answers(
+    base_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "The default address" is moved to a free port: the shared server on
+    # 5432 is never touched, and nothing listens on the port used.
+    port = embedded.free_port()
+    monkeypatch.setattr(embedded, "DEFAULT_PORT", port)
+    monkeypatch.setattr(embedded, "default_data_dir", lambda: base_dir / "pg")
+    for name in ("PGQUEUE_DSN", "DATABASE_URL", *pgqueue.config.LIBPQ_TARGET_ENV):
+        monkeypatch.delenv(name, raising=False)
+    lines: list[str] = []
+    dsn = embedded.ensure_for_development(announce=lines.append)
+    try:
+        assert dsn == f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        assert len(lines) == 1
+        assert str(base_dir / "pg") in lines[0]
+        assert "pgqueue dev --stop" in lines[0]
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        # Now something answers: nothing more is started.
+        assert embedded.ensure_for_development(announce=pytest.fail) is None
+    finally:
+        embedded.stop(base_dir / "pg")
+    assert not embedded.answers(port=port)
