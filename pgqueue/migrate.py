@@ -15,8 +15,7 @@ from typing import TextIO
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
 from pgqueue.config import resolve_dsn
-from pgqueue.database import describe_target
-from pgqueue.errors import ConnectionFailed, PermissionDenied
+from pgqueue.errors import PermissionDenied
 from pgqueue.queries import render
 
 __all__ = ["current", "downgrade", "render_migration", "upgrade"]
@@ -50,7 +49,7 @@ def upgrade(
         text = buffer.getvalue()
         (output or sys.stdout).write(text)
         return text
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.upgrade(_config(dsn, schema, output), revision)
     return None
 
@@ -59,50 +58,32 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
     """Take ``schema`` down to ``revision`` (``base``: remove every pgqueue object)."""
     from alembic import command
 
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.downgrade(_config(dsn, schema), revision)
 
 
 @contextmanager
-def _refusal_as_permission_denied(schema: str) -> Iterator[None]:
-    """A role that may not migrate gets PermissionDenied, not a driver error.
-    Migration statements reach psycopg directly (then its error comes as is)
-    or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
-    import psycopg
+def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None]:
+    """Driver errors come as pgqueue errors; a role that may not migrate gets
+    PermissionDenied saying who may."""
+    from pgqueue.database import ErrorTranslator, translated
 
+    hint = (
+        "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
+    )
+    translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)
     try:
-        yield
-    except Exception as exc:
-        cause = getattr(exc, "orig", exc)
-        if not isinstance(cause, psycopg.errors.InsufficientPrivilege):
-            raise
-        raise PermissionDenied(
-            f'cannot migrate schema "{schema}": {cause.diag.message_primary}: migrations run '
-            "as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
-        ) from None
+        with translated(translate):
+            yield
+    except PermissionDenied as exc:
+        raise PermissionDenied(f'cannot migrate schema "{schema}": {exc}') from None
 
 
 def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
     """The schema's revision, or None when it was never migrated."""
-    import psycopg
-    from psycopg import sql as pgsql
+    from pgqueue.database import read_revision
 
-    validation.schema_name(schema)
-    target = resolve_dsn(dsn)
-    try:
-        conn = psycopg.connect(target, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise ConnectionFailed(f"PostgreSQL at {describe_target(target)}: {exc}") from None
-    with conn:
-        try:
-            row = conn.execute(
-                pgsql.SQL("SELECT version_num FROM {}.alembic_version").format(
-                    pgsql.Identifier(schema)
-                )
-            ).fetchone()
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-            return None
-    return row[0] if row else None
+    return read_revision(resolve_dsn(dsn), validation.schema_name(schema))
 
 
 def render_migration(filename: str, schema: str) -> str:
