@@ -83,6 +83,14 @@ QueryName = Literal[
     "worker_prune_lost",
     "worker_forget",
     "worker_list_states",
+    # sql/queries/operator.sql
+    "job_cancel_batch",
+    "job_cancel_count",
+    "job_status_many",
+    "queue_list",
+    "queue_delete",
+    "schema_summary",
+    "schema_drop",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -228,7 +228,7 @@ def tasks(
     """
     registered: dict[str, Any] = {}
     if app_path:
-        from pgqueue_cli.main import load_app
+        from pgqueue_cli.apps import load_app
 
         loaded: Any = load_app(app_path)
         apps = loaded.apps.values() if isinstance(loaded, pgqueue.Router) else [loaded]
