@@ -129,6 +129,9 @@ def test_worker_without_the_task_waits_within_the_grace_period(
 def test_live_settings_change_while_a_worker_runs(workers: Workers, app: pgqueue.App) -> None:
     worker = workers.spawn("--concurrency", "2", app=REGISTRY_APP)
     worker.wait_registered()
+    # Once a job ran, the worker is past its start-up (listening for changes).
+    first = app.enqueue("reg_slow", {"seconds": 0.1}).job_id
+    assert workers.wait_statuses([first], ["dead", "succeeded"])[first] == "succeeded"
     app.set_task_options("reg_slow", timeout=0.3, max_attempts=1)
     slow = app.enqueue("reg_slow", {"seconds": 3}).job_id
     assert workers.wait_statuses([slow], ["dead", "succeeded"])[slow] == "dead"

@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -103,7 +104,9 @@ class Worker:
         executor.worker_id = settings.worker_id
         executor.live_settings = app.live_task_settings
         producer = Producer(database, ctx, settings, executor, self.stopping)
-        listener = Listener(database, self._dispatch_to(producer, executor), producer.wake.set)
+        listener = Listener(
+            database, self._dispatch_to(producer, executor), partial(self._connected, producer)
+        )
         heartbeat = Heartbeat(
             database,
             ctx,
@@ -223,6 +226,11 @@ class Worker:
                 "could not write every job outcome before exiting; "
                 "the reaper reclaims those jobs after their lease"
             )
+
+    def _connected(self, producer: Producer) -> None:
+        """LISTEN (re)connected: catch up with what its notifications missed."""
+        producer.wake.set()
+        registry.refresh_soon(self.app)  # task settings changed while not listening
 
     def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
