@@ -27,6 +27,7 @@ from pgqueue.errors import (
     JobFailed,
     JobNotFound,
     LeaseLost,
+    ListenUnavailable,
     PayloadTooLarge,
     PermissionDenied,
     PgQueueError,
@@ -35,6 +36,7 @@ from pgqueue.errors import (
     ScheduleNotFound,
     SchemaNotMigrated,
 )
+from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
     Attempt,
@@ -76,12 +78,14 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobFailed",
     "JobNotFound",
     "JobSpec",
     "JobStatus",
     "LeaseLost",
     "LeasedJob",
+    "ListenUnavailable",
     "Page",
     "PayloadTooLarge",
     "Permanent",

@@ -68,6 +68,7 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
+    "job_became_due",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -18,6 +18,7 @@ import typer
 import pgqueue
 from pgqueue.errors import PgQueueError
 from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
+from pgqueue_cli import watch as watch_command
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
@@ -49,6 +50,13 @@ def main(
     schema: Annotated[
         str, typer.Option(help="Schema holding pgqueue's tables.", envvar="PGQUEUE_SCHEMA")
     ] = "pgqueue",
+    pooler: Annotated[
+        str | None,
+        typer.Option(
+            help="session or transaction: the PgBouncer pool mode in front of PostgreSQL.",
+            envvar="PGQUEUE_POOLER",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -70,6 +78,7 @@ def main(
     """
     state.dsn = dsn
     state.schema = schema
+    state.pooler = pooler
 
 
 @app.command()
@@ -183,6 +192,7 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
+app.command()(watch_command.watch)
 
 
 def run() -> None:

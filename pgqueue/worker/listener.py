@@ -16,6 +16,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
+from pgqueue.database import connection_params
 from pgqueue.errors import DatabaseError
 from pgqueue.queries import channel_for
 
@@ -48,7 +49,12 @@ class Listener:
         while True:
             conn: psycopg.AsyncConnection[object] | None = None
             try:
-                conn = await self.app.database.connect_async(**KEEPALIVE)
+                # listen_dsn: a direct connection when a transaction pooler is in the path.
+                conn = await psycopg.AsyncConnection.connect(
+                    connection_params(self.app.listen_dsn or self.app.dsn),
+                    autocommit=True,
+                    **KEEPALIVE,
+                )
                 await conn.execute(channel)
                 self.connected.set()
                 if delay > RECONNECT_BACKOFF[0]:

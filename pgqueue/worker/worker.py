@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from pgqueue.errors import DatabaseError
+from pgqueue.events import wake_queue
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -109,6 +110,17 @@ class Worker:
             scheduler=settings.scheduler,
             tasks=sorted(app.tasks),
         )
+        if not settings.listen and app.listen_dsn is None:
+            log.warning(
+                "not listening for notifications: polling every poll_interval"
+                + (
+                    "; behind a transaction-mode pooler pass listen_dsn= (PGQUEUE_LISTEN_DSN)"
+                    " to wake at once"
+                    if app.pooler == "transaction"
+                    else ""
+                ),
+                poll_interval=settings.poll_interval,
+            )
         producing = asyncio.create_task(producer.run(), name="pgqueue-producer")
         relay = asyncio.create_task(self._relay(stop)) if stop is not None else None
         stopper = asyncio.ensure_future(self.stopping.wait())
@@ -179,10 +191,12 @@ class Worker:
 
     def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
+            queue = wake_queue(payload)  # see pgqueue.events for every payload
+            if queue is not None:
+                producer.notify(queue)
+                return
             kind, _, value = payload.partition(":")
-            if kind in ("j", "q"):
-                producer.notify(value)
-            elif kind == "s":
+            if kind == "s":
                 self.schedules_changed.set()
             elif kind == "c":
                 try:
