@@ -41,7 +41,9 @@ BEGIN
 END;
 $$;
 
-REVOKE EXECUTE ON FUNCTION {schema}.notify_enqueued(text, bigint, bigint, boolean) FROM PUBLIC;
+-- EXECUTE stays with PUBLIC: it sends what anyone may send with pg_notify,
+-- and enqueue_batch runs it as its own owner, who need not own this one
+-- (a member of the owner role may have run this migration).
 
 -- As in 0001, only the notification changed (per_queue, notified).
 CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
