@@ -789,11 +789,8 @@ class App:
     def subscribe_async(
         self, queues: str | Sequence[str] | None = None, *, buffer: int = 1000
     ) -> AsyncEventStream:
-        """Async twin of :meth:`subscribe`::
-
-            async with app.subscribe_async() as events:
-                async for ev in events: ...
-        """
+        """Async twin of :meth:`subscribe`: ``async with app.subscribe_async() as
+        events: async for ev in events: ...`` (or ``await events.get(timeout=5)``)."""
         from pgqueue.subscribe import AsyncEventStream, buffer_size, queue_filter
 
         return AsyncEventStream(self._event_hub(), queue_filter(queues), buffer_size(buffer))

@@ -26,9 +26,7 @@ def resolve_pooler(pooler: str | None) -> str | None:
         return None
     if value not in POOLERS:
         source = "pooler" if pooler is not None else "PGQUEUE_POOLER"
-        raise InvalidOption(
-            f"{source} must be None, 'session' or 'transaction', got {value!r}"
-        )
+        raise InvalidOption(f"{source} must be None, 'session' or 'transaction', got {value!r}")
     return value
 
 

@@ -71,7 +71,7 @@ class JobEvent(NamedTuple):
         return json.dumps(self.to_dict(), separators=(",", ":"))
 
     def __str__(self) -> str:
-        parts = [self.kind]
+        parts: list[str] = [self.kind]
         if self.queue is not None:
             parts.append(f"queue={self.queue}")
         if self.job_id is not None:

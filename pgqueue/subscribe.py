@@ -36,6 +36,7 @@ from typing import Any, Self
 import psycopg
 import structlog
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgqueue import validation
 from pgqueue.database import connection_params
@@ -216,7 +217,8 @@ class _Runner:
         assert self.hub.dsn is not None
         try:
             conn = psycopg.connect(
-                connection_params(self.hub.dsn, APPLICATION_NAME), autocommit=True, **KEEPALIVE
+                make_conninfo(connection_params(self.hub.dsn, APPLICATION_NAME), **KEEPALIVE),
+                autocommit=True,
             )
         except psycopg.Error as exc:
             raise self.hub.translate(exc) from None
@@ -381,7 +383,10 @@ class EventStream:
         return self.open()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -452,7 +457,10 @@ class AsyncEventStream:
         return await self.open()
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 

@@ -322,9 +322,7 @@ def test_resync_after_the_listening_backend_is_terminated(
     assert until_fence(events, db_dsn) == [pgqueue.JobEvent("enqueued", "after", job)]
 
 
-def test_a_slow_consumer_gets_a_resync_instead_of_a_backlog(
-    app: pgqueue.App, db_dsn: str
-) -> None:
+def test_a_slow_consumer_gets_a_resync_instead_of_a_backlog(app: pgqueue.App, db_dsn: str) -> None:
     with app.subscribe(queues=["busy"], buffer=5) as slow, app.subscribe() as watcher:
         jobs = [app.enqueue("t", queue="busy").job_id for _ in range(20)]
         # Once the watcher saw them all, the listener handed them to both.
@@ -348,30 +346,32 @@ def test_transaction_pooler_without_listen_dsn_says_it_cannot_listen(db_dsn: str
     with pgqueue.App(db_dsn, pooler="transaction") as app:
         with pytest.raises(pgqueue.ListenUnavailable, match="listen_dsn"):
             app.subscribe().open()
-        assert app.listen is False and app.listen_dsn is None
+        assert app.listen is False
+        assert app.listen_dsn is None
 
 
 def test_transaction_pooler_listens_on_listen_dsn(db_dsn: str) -> None:
-    with pgqueue.App(db_dsn, pooler="transaction", listen_dsn=db_dsn) as app:
-        with app.subscribe() as events:
-            job = app.enqueue("t").job_id
-            assert next_event(events) == pgqueue.JobEvent("enqueued", "default", job)
+    app = pgqueue.App(db_dsn, pooler="transaction", listen_dsn=db_dsn)
+    with app, app.subscribe() as events:
+        job = app.enqueue("t").job_id
+        assert next_event(events) == pgqueue.JobEvent("enqueued", "default", job)
 
 
 def test_pooler_from_the_environment(db_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGQUEUE_POOLER", "transaction")
     monkeypatch.setenv("PGQUEUE_LISTEN_DSN", db_dsn)
     with pgqueue.App(db_dsn) as app:
-        assert app.pooler == "transaction" and app.listen_dsn == db_dsn
+        assert app.pooler == "transaction"
+        assert app.listen_dsn == db_dsn
     monkeypatch.setenv("PGQUEUE_POOLER", "statement")
     with pytest.raises(pgqueue.InvalidOption, match="PGQUEUE_POOLER"):
         pgqueue.App(db_dsn)
 
 
 def test_subscribing_to_a_server_that_is_down_raises(app: pgqueue.App) -> None:
-    with pgqueue.App("postgresql://nobody@127.0.0.1:1/none") as down:
-        with pytest.raises(pgqueue.ConnectionFailed):
-            down.subscribe().open()
+    down = pgqueue.App("postgresql://nobody@127.0.0.1:1/none")
+    with down, pytest.raises(pgqueue.ConnectionFailed):
+        down.subscribe().open()
 
 
 # --- the wire format ----------------------------------------------------------------

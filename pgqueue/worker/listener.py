@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import structlog
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pgqueue.database import connection_params
 from pgqueue.errors import DatabaseError
@@ -51,9 +52,10 @@ class Listener:
             try:
                 # listen_dsn: a direct connection when a transaction pooler is in the path.
                 conn = await psycopg.AsyncConnection.connect(
-                    connection_params(self.app.listen_dsn or self.app.dsn),
+                    make_conninfo(
+                        connection_params(self.app.listen_dsn or self.app.dsn), **KEEPALIVE
+                    ),
                     autocommit=True,
-                    **KEEPALIVE,
                 )
                 await conn.execute(channel)
                 self.connected.set()
