@@ -9,6 +9,11 @@ act produced, since one listener delivers notifications in commit order.
 from __future__ import annotations
 
 import asyncio
+import json
+import select
+import signal
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -60,6 +65,16 @@ def listener_pids(dsn: str) -> list[int]:
             (APPLICATION_NAME,),
         ).fetchall()
     return [r[0] for r in rows]
+
+
+def no_listener_left(dsn: str) -> bool:
+    """Whether the listener connections are gone (waits up to WAIT for the server to see it)."""
+    deadline = time.monotonic() + WAIT
+    while listener_pids(dsn):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @pytest.fixture
@@ -268,14 +283,7 @@ def test_many_subscriptions_share_one_connection(app: pgqueue.App, db_dsn: str) 
     finally:
         for stream in streams:
             stream.close()
-    # The listener leaves once no subscription needs it.
-    for _ in range(200):
-        if not listener_pids(db_dsn):
-            break
-        import time
-
-        time.sleep(0.05)
-    assert listener_pids(db_dsn) == []
+    assert no_listener_left(db_dsn)  # the listener leaves once no subscription needs it
     with app.subscribe() as again:  # and comes back for the next one
         job = app.enqueue("t").job_id
         assert next_event(again) == pgqueue.JobEvent("enqueued", "default", job)
@@ -404,3 +412,70 @@ def _db_now(dsn: str):  # type: ignore[no-untyped-def]
         row = conn.execute("SELECT now()").fetchone()
     assert row is not None
     return row[0]
+
+
+# --- pgqueue watch ---------------------------------------------------------------------
+
+
+def _watch(db_dsn: str, *args: str) -> subprocess.Popen[str]:
+    from tests.cli_support import start_cli
+
+    process = start_cli(db_dsn, "watch", *args)
+    for _ in range(600):  # it listens once its connection shows up
+        if listener_pids(db_dsn) or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate(timeout=WAIT)
+    return process
+
+
+def _read_line(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], WAIT)
+    assert ready, f"pgqueue watch printed nothing within {WAIT}s"
+    return process.stdout.readline()
+
+
+def _interrupt(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=WAIT)
+    assert process.returncode == 0, process.communicate(timeout=WAIT)
+
+
+def test_cli_watch_prints_json_lines_of_its_queues(app: pgqueue.App, db_dsn: str) -> None:
+    process = _watch(db_dsn, "--queue", "w1", "--queue", "w2", "--json")
+    try:
+        app.enqueue("t", queue="elsewhere")
+        job = app.enqueue("t", queue="w2").job_id
+        app.pause_queue("w1")
+        assert json.loads(_read_line(process)) == {
+            "kind": "enqueued",
+            "queue": "w2",
+            "job_id": job,
+            "status": None,
+        }
+        assert json.loads(_read_line(process))["kind"] == "paused"
+    finally:
+        _interrupt(process)
+    assert no_listener_left(db_dsn)  # Ctrl-C closed its connection
+
+
+def test_cli_watch_prints_one_line_per_event(app: pgqueue.App, db_dsn: str) -> None:
+    process = _watch(db_dsn)
+    try:
+        job = app.enqueue("t", queue="human").job_id
+        assert _read_line(process).rstrip().endswith(f" enqueued queue=human job={job}")
+    finally:
+        process.send_signal(signal.SIGTERM)  # stops like Ctrl-C
+        process.wait(timeout=WAIT)
+    assert process.returncode == 0
+
+
+def test_cli_watch_behind_a_transaction_pooler_without_listen_dsn(db_dsn: str) -> None:
+    from tests.cli_support import run_cli
+
+    done = run_cli(db_dsn, "--pooler", "transaction", "watch")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: cannot LISTEN")
+    assert "listen_dsn" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
