@@ -211,6 +211,7 @@ class _Runner:
         self._since: Any = None  # database clock of the last due check
         self._next_due: float | None = None  # time.monotonic() when work becomes due
         self._last_check = 0.0
+        self._lookback = False  # the next due check follows a 'w:' notification
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection that LISTENs, with the due-work clock read."""
@@ -292,13 +293,14 @@ class _Runner:
                     break  # a job stored as scheduled may be due sooner than we wait
             now = time.monotonic()
             if recheck:
+                self._lookback = True
                 soonest = self._last_check + DUE_RECHECK_MIN
-                if now < soonest:
+                if now < soonest:  # a burst of retries: one check for all of them
                     self._next_due = min(self._next_due or soonest, soonest)
                     continue
-                self._check_due(conn, lookback=True)
-            elif self._next_due is not None and now >= self._next_due:
-                self._check_due(conn, lookback=False)
+            if recheck or (self._next_due is not None and now >= self._next_due):
+                self._check_due(conn, lookback=self._lookback)
+                self._lookback = False
 
     def _check_due(self, conn: psycopg.Connection[Any], *, lookback: bool) -> None:
         """Announce queues whose scheduled jobs became due since the last
