@@ -6,7 +6,8 @@ worker's wake-ups and for :meth:`pgqueue.App.subscribe`:
 =========================  ==================================================
 payload                    meaning
 =========================  ==================================================
-``j:<queue>``              new ready jobs in ``queue`` (one or many)
+``j:<queue>``              new ready jobs in ``queue`` (one or many; a batch
+                           may have stored scheduled jobs too)
 ``j:<queue>#<id>``         one new ready job (the first enqueue of its
                            transaction into that queue; ``#`` never occurs in
                            a queue name)

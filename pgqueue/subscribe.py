@@ -11,7 +11,8 @@ open in ~0.1 ms each instead of ~5 ms, and a notification is read once per
 App (figures in the README's "Event stream" section).
 
 The listener also notices when scheduled jobs and retries become due: a
-notification ``w:<queue>`` says one was stored, and the listener asks the
+notification ``w:<queue>`` (or a plain ``j:<queue>`` of a batch) says one
+may have been stored, and the listener asks the
 database (one read of the scheduled-jobs index) when the next one is due
 and, at that time, which queues got due work. Nothing on the enqueue path
 or in the workers pays for it, and it works with no worker running or every
@@ -288,6 +289,8 @@ class _Runner:
                 event = parse(note.payload)
                 if event is not None:
                     self.hub.broadcast(event)
+                    # A batch of many jobs may hold scheduled ones too.
+                    recheck |= event.kind == "enqueued" and event.job_id is None
                 elif note.payload.startswith("w:"):
                     recheck = True
                     break  # a job stored as scheduled may be due sooner than we wait

@@ -127,4 +127,4 @@ BEGIN
 END;
 $$;
 
-DROP FUNCTION {schema}.notify_enqueued(text, bigint, bigint, boolean);
+DROP FUNCTION {schema}.notify_enqueued(text, bigint, bigint, bigint);

@@ -10,40 +10,42 @@
 --                      a scheduled job or retry was stored (its due time
 --                      may be earlier than the one the worker sleeps to)
 --
+-- A statement sends one notification per queue, as before: 'w:' when none
+-- of its jobs there is ready, else 'j:' (a batch of ready and scheduled
+-- jobs sends 'j:', and whoever receives it also looks at due times again).
+--
 -- Coalescing stays as it was: one notification per queue per statement,
 -- and at most two per queue per transaction. The first enqueue of a
 -- transaction into a queue names its job when it was one job; every later
 -- one sends the plain 'j:<queue>', which PostgreSQL folds into one because
 -- identical notifications of one transaction are delivered once. A
--- transaction-local setting remembers which queues were already named.
+-- transaction-local setting (pgqueue.enqueued) remembers which queues were
+-- already named.
 
+-- The one notification of a statement that inserted p_count jobs into
+-- p_queue, p_ready of them ready now, the lowest id p_job_id.
 CREATE FUNCTION {schema}.notify_enqueued(
-    p_queue text, p_ready bigint, p_job_id bigint, p_later boolean
+    p_queue text, p_count bigint, p_ready bigint, p_job_id bigint
 ) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    -- One placeholder setting per (channel, queue); set_config(..., true)
-    -- lasts until the end of the transaction (or of a rolled-back savepoint,
-    -- together with the notifications it sent).
-    v_key text := 'pgqueue.n' || pg_catalog.md5({channel} || '/' || p_queue);
-BEGIN
-    IF p_later THEN
-        PERFORM pg_catalog.pg_notify({channel}, 'w:' || p_queue);
-    END IF;
-    IF p_ready > 0 THEN
-        IF p_ready = 1 AND coalesce(pg_catalog.current_setting(v_key, true), '') = '' THEN
-            PERFORM pg_catalog.pg_notify({channel}, 'j:' || p_queue || '#' || p_job_id);
-            PERFORM pg_catalog.set_config(v_key, '1', true);
-        ELSE
-            PERFORM pg_catalog.pg_notify({channel}, 'j:' || p_queue);
-        END IF;
-    END IF;
-END;
+-- One SQL expression, so that the planner inlines it into the enqueue statements.
+LANGUAGE sql AS $$
+    SELECT pg_catalog.pg_notify({channel}, CASE
+        WHEN p_ready = 0 THEN 'w:' || p_queue
+        WHEN p_count = 1
+             -- Not yet named in this transaction: name it, and remember.
+             -- set_config(..., true) lasts until the end of the transaction
+             -- (or of a rolled-back savepoint, with the notifications it sent).
+             AND pg_catalog.strpos(
+                     coalesce(pg_catalog.current_setting('pgqueue.enqueued', true), ''),
+                     '|' || {channel} || '/' || p_queue || '|') = 0
+             AND pg_catalog.set_config('pgqueue.enqueued',
+                     coalesce(pg_catalog.current_setting('pgqueue.enqueued', true), '')
+                     || '|' || {channel} || '/' || p_queue || '|', true) IS NOT NULL
+        THEN 'j:' || p_queue || '#' || p_job_id
+        -- Ready jobs, maybe scheduled ones too: workers wake and recompute
+        -- their next due time anyway; subscribers' listeners do as well.
+        ELSE 'j:' || p_queue END)
 $$;
-
--- EXECUTE stays with PUBLIC: it sends what anyone may send with pg_notify,
--- and enqueue_batch runs it as its own owner, who need not own this one
--- (a member of the owner role may have run this migration).
 
 -- As in 0001, only the notification changed (per_queue, notified).
 CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
@@ -70,9 +72,8 @@ LANGUAGE sql AS $$
         RETURNING j.id, j.queue, j.status
     ),
     per_queue AS (
-        SELECT d.queue, count(*) FILTER (WHERE d.status = 'queued') AS ready,
-               min(d.id) FILTER (WHERE d.status = 'queued') AS job_id,
-               bool_or(d.status = 'scheduled') AS later
+        SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+               min(d.id) AS job_id
         FROM inserted d GROUP BY d.queue
     ),
     registered AS (
@@ -80,7 +81,7 @@ LANGUAGE sql AS $$
         ON CONFLICT (name) DO NOTHING
     ),
     notified AS (
-        SELECT count({schema}.notify_enqueued(p.queue, p.ready, p.job_id, p.later)) AS n
+        SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
         FROM per_queue p
     )
     SELECT i.ord, d.id, i.queue, i.dedup_key
@@ -132,9 +133,8 @@ BEGIN
             RETURNING j.id, j.queue, j.status
         ),
         per_queue AS (
-            SELECT d.queue, count(*) FILTER (WHERE d.status = 'queued') AS ready,
-                   min(d.id) FILTER (WHERE d.status = 'queued') AS job_id,
-                   bool_or(d.status = 'scheduled') AS later
+            SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+                   min(d.id) AS job_id
             FROM inserted d GROUP BY d.queue
         ),
         registered AS (
@@ -142,7 +142,7 @@ BEGIN
             ON CONFLICT (name) DO NOTHING
         ),
         notified AS (
-            SELECT count({schema}.notify_enqueued(p.queue, p.ready, p.job_id, p.later)) AS n
+            SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
             FROM per_queue p
         )
         SELECT d.id, true FROM inserted d CROSS JOIN notified ORDER BY d.id;
