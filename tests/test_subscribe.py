@@ -479,3 +479,14 @@ def test_cli_watch_behind_a_transaction_pooler_without_listen_dsn(db_dsn: str) -
     assert done.stderr.startswith("error: cannot LISTEN")
     assert "listen_dsn" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_worker_listens_on_listen_dsn_or_polls(db_dsn: str) -> None:
+    direct = pgqueue.App(db_dsn)
+    assert direct._worker_settings(None, {}).listen is True
+    pooled = pgqueue.App(db_dsn, pooler="transaction")
+    assert pooled._worker_settings(None, {}).listen is False  # it polls (and logs why)
+    assert pooled._result_poll < direct._result_poll  # result() polls too
+    bypass = pgqueue.App(db_dsn, pooler="transaction", listen_dsn=db_dsn)
+    assert bypass._worker_settings(None, {}).listen is True
+    assert pgqueue.App(db_dsn, pooler="session").listen_dsn == db_dsn
