@@ -32,6 +32,7 @@ from pgqueue.models import (
 )
 from pgqueue.ops import (
     DEFAULT_TASK,
+    Op,
     OpContext,
     TaskDefaults,
     admin,
@@ -100,7 +101,6 @@ class App:
         explicit_listen_dsn = resolve_listen_dsn(listen_dsn)
         #: Where dedicated LISTEN connections go (worker, subscribe()); None: nowhere.
         self.listen_dsn: str | None = explicit_listen_dsn or (self.dsn if self.listen else None)
-        self._hub: Hub | None = None
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
@@ -113,6 +113,13 @@ class App:
             max_size=validation.positive_int("pool_max_size", pool_max_size),
             timeout=validation.seconds("pool_timeout", pool_timeout, allow_zero=False),
         )
+        #: Dedicated LISTEN connections (the worker's listener) open through this.
+        self.listen_database = (
+            self.database
+            if self.listen_dsn in (None, self.dsn)
+            else Database(self.listen_dsn or "", self.queries, min_size=0, max_size=1)
+        )
+        self._hub: Hub | None = None
         self.op_context = OpContext(
             schema=self.schema,
             queries=self.queries,
@@ -433,17 +440,21 @@ class App:
         return await self.database.run_async(inspect.explain(job_id))
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
-        """The job's stored return value, waiting (via NOTIFY) until it
-        finishes. Raises JobFailed (dead), JobCancelled, or ResultTimeout."""
-        return self.database.run(inspect.result(job_id, timeout, self._result_poll))
+        """The job's stored return value, waiting (via NOTIFY, or polling when
+        the App has ``listen=False``) until it finishes; no pooled connection
+        is held while waiting. Raises JobFailed (dead), JobCancelled, or
+        ResultTimeout."""
+        return self.database.run_released(self._result_op(job_id, timeout))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """Async twin of :meth:`result`."""
-        return await self.database.run_async(inspect.result(job_id, timeout, self._result_poll))
+        return await self.database.run_released_async(self._result_op(job_id, timeout))
 
-    @property
-    def _result_poll(self) -> float:
-        return 1.0 if self.listen else 0.2
+    def _result_op(self, job_id: int, timeout: float | None) -> Op[Any]:
+        # Waits hold no pooled connection; with listen=True on one LISTEN
+        # connection of their own (see Database.run_released).
+        poll = 1.0 if self.listen else 0.2
+        return inspect.result(job_id, timeout, poll, listen=self.listen)
 
     # --- administration ----------------------------------------------------------
 
@@ -802,7 +813,7 @@ class App:
             self._hub = Hub(
                 self.listen_dsn,
                 self.queries,
-                self.database.translate,
+                self.listen_database.translate,
                 "cannot LISTEN: "
                 + (
                     "a transaction-mode pooler (pooler='transaction') does not keep "
