@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import select
+import queue
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -417,23 +418,31 @@ def _db_now(dsn: str):  # type: ignore[no-untyped-def]
 # --- pgqueue watch ---------------------------------------------------------------------
 
 
-def _watch(db_dsn: str, *args: str) -> subprocess.Popen[str]:
-    from tests.cli_support import start_cli
+class Watch:
+    """A running ``pgqueue watch``; a thread collects its output lines."""
 
-    process = start_cli(db_dsn, "watch", *args)
-    for _ in range(600):  # it listens once its connection shows up
-        if listener_pids(db_dsn) or process.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert process.poll() is None, process.communicate(timeout=WAIT)
-    return process
+    def __init__(self, db_dsn: str, *args: str) -> None:
+        from tests.cli_support import start_cli
 
+        self.process = start_cli(db_dsn, "watch", *args)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._collect, daemon=True).start()
+        for _ in range(600):  # it listens once its connection shows up
+            if listener_pids(db_dsn) or self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert self.process.poll() is None, self.process.communicate(timeout=WAIT)
 
-def _read_line(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], WAIT)
-    assert ready, f"pgqueue watch printed nothing within {WAIT}s"
-    return process.stdout.readline()
+    def _collect(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def line(self) -> str:
+        try:
+            return self.lines.get(timeout=WAIT)
+        except queue.Empty:
+            pytest.fail(f"pgqueue watch printed nothing within {WAIT}s")
 
 
 def _interrupt(process: subprocess.Popen[str]) -> None:
@@ -443,32 +452,32 @@ def _interrupt(process: subprocess.Popen[str]) -> None:
 
 
 def test_cli_watch_prints_json_lines_of_its_queues(app: pgqueue.App, db_dsn: str) -> None:
-    process = _watch(db_dsn, "--queue", "w1", "--queue", "w2", "--json")
+    watch = Watch(db_dsn, "--queue", "w1", "--queue", "w2", "--json")
     try:
         app.enqueue("t", queue="elsewhere")
         job = app.enqueue("t", queue="w2").job_id
         app.pause_queue("w1")
-        assert json.loads(_read_line(process)) == {
+        assert json.loads(watch.line()) == {
             "kind": "enqueued",
             "queue": "w2",
             "job_id": job,
             "status": None,
         }
-        assert json.loads(_read_line(process))["kind"] == "paused"
+        assert json.loads(watch.line())["kind"] == "paused"
     finally:
-        _interrupt(process)
+        _interrupt(watch.process)
     assert no_listener_left(db_dsn)  # Ctrl-C closed its connection
 
 
 def test_cli_watch_prints_one_line_per_event(app: pgqueue.App, db_dsn: str) -> None:
-    process = _watch(db_dsn)
+    watch = Watch(db_dsn)
     try:
         job = app.enqueue("t", queue="human").job_id
-        assert _read_line(process).rstrip().endswith(f" enqueued queue=human job={job}")
+        assert watch.line().rstrip().endswith(f" enqueued queue=human job={job}")
     finally:
-        process.send_signal(signal.SIGTERM)  # stops like Ctrl-C
-        process.wait(timeout=WAIT)
-    assert process.returncode == 0
+        watch.process.send_signal(signal.SIGTERM)  # stops like Ctrl-C
+        watch.process.wait(timeout=WAIT)
+    assert watch.process.returncode == 0
 
 
 def test_cli_watch_behind_a_transaction_pooler_without_listen_dsn(db_dsn: str) -> None:
