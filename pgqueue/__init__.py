@@ -29,6 +29,7 @@ from pgqueue.errors import (
     JobFailed,
     JobNotFound,
     LeaseLost,
+    ListenUnavailable,
     PayloadTooLarge,
     PermissionDenied,
     PgQueueError,
@@ -41,6 +42,7 @@ from pgqueue.errors import (
     SchemaNotMigrated,
     TaskNotFound,
 )
+from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
     Attempt,
@@ -89,12 +91,14 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobFailed",
     "JobNotFound",
     "JobSpec",
     "JobStatus",
     "LeaseLost",
     "LeasedJob",
+    "ListenUnavailable",
     "Page",
     "Replayed",
     "PayloadTooLarge",

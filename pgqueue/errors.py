@@ -175,3 +175,8 @@ class PoolExhausted(ConnectionFailed):
 
 class TaskNotFound(PgQueueError, LookupError):
     """No worker published a task of that name and it has no settings."""
+
+
+class ListenUnavailable(PgQueueError):
+    """LISTEN is not possible with this App's settings (a transaction-mode
+    pooler without ``listen_dsn``): ``subscribe()`` cannot stream events."""

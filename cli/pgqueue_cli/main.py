@@ -35,6 +35,7 @@ from pgqueue_cli import (
     uninstall,
     workers,  # workers list|forget (0006)
 )
+from pgqueue_cli import watch as watch_command
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, one_line
 
@@ -72,6 +73,13 @@ def main(
     schema: Annotated[
         str, typer.Option(help="Schema holding pgqueue's tables.", envvar="PGQUEUE_SCHEMA")
     ] = "pgqueue",
+    pooler: Annotated[
+        str | None,
+        typer.Option(
+            help="session or transaction: the PgBouncer pool mode in front of PostgreSQL.",
+            envvar="PGQUEUE_POOLER",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -93,6 +101,7 @@ def main(
     """
     state.dsn = dsn
     state.schema = schema
+    state.pooler = pooler
 
 
 @app.command()
@@ -247,6 +256,7 @@ app.add_typer(schedule.app)
 app.command()(grant.grant)
 app.command()(uninstall.uninstall)
 app.command()(dev.dev)
+app.command()(watch_command.watch)
 # Task registry, settings, limits and stats; workers (0006).
 app.add_typer(task.app)
 app.command()(task.tasks)
