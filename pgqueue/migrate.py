@@ -51,7 +51,19 @@ def upgrade(
         return text
     with _refusal_as_permission_denied(schema):
         command.upgrade(_config(dsn, schema, output), revision)
+        _reapply_grants(dsn, schema)
     return None
+
+
+def _reapply_grants(dsn: str | None, schema: str) -> None:
+    """Grant the roles recorded by ``pgqueue grant`` their kind again, so that
+    the objects of the revisions just applied are covered too."""
+    import psycopg
+
+    from pgqueue.grants import reapply
+
+    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
+        reapply(conn, validation.schema_name(schema))
 
 
 def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "base") -> None:

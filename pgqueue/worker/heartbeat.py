@@ -66,6 +66,14 @@ class Heartbeat:
         self.listening = listening
         self.wake = asyncio.Event()
         executor.heartbeat_wake = self.wake.set
+        self.cancel_hints: set[int] = set()
+
+    def confirm_cancel(self, job_id: int) -> None:
+        """A notification says ``job_id`` was asked to stop: check the
+        database on the next tick (now) before stopping anything."""
+        if job_id in self.executor.running:
+            self.cancel_hints.add(job_id)
+            self.wake.set()
 
     async def register(self) -> None:
         await self.app.database.run_async(_upsert_worker("worker_register", self.settings))
@@ -87,7 +95,8 @@ class Heartbeat:
             self.wake.clear()
             try:
                 await self._extend_due()
-                if not self.listening():
+                if self.cancel_hints or not self.listening():
+                    self.cancel_hints.clear()
                     await self._poll_cancels()
                 if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
                     await self.app.database.run_async(

@@ -44,6 +44,7 @@ class Worker:
         self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
         self.threads_left = 0  # sync tasks still running when the worker stopped
+        self._confirm_cancel: Callable[[int], None] | None = None  # the heartbeat's, once running
 
     def request_stop(self) -> None:
         self.stopping.set()
@@ -80,6 +81,7 @@ class Worker:
             lambda: settings.listen and listener.connected.is_set(),
         )
         self._producer = producer
+        self._confirm_cancel = heartbeat.confirm_cancel
         await self._register(heartbeat)
         background = [
             self._supervise("heartbeat", heartbeat.run),
@@ -185,10 +187,15 @@ class Worker:
             elif kind == "s":
                 self.schedules_changed.set()
             elif kind == "c":
+                # Anyone who may connect can NOTIFY: a cancel notice is only a
+                # hint to ask the database at once (the heartbeat confirms
+                # cancel_requested before stopping the task).
                 try:
-                    executor.cancel(int(value))
+                    job_id = int(value)
                 except ValueError:
-                    pass
+                    return
+                if self._confirm_cancel is not None:
+                    self._confirm_cancel(job_id)
 
         return dispatch
 
