@@ -15,7 +15,7 @@ from typing import TextIO
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
 from pgqueue.config import resolve_dsn
-from pgqueue.errors import PermissionDenied
+from pgqueue.errors import ConnectionFailed, PermissionDenied
 from pgqueue.queries import render
 
 __all__ = ["current", "downgrade", "render_migration", "upgrade"]
@@ -49,7 +49,7 @@ def upgrade(
         text = buffer.getvalue()
         (output or sys.stdout).write(text)
         return text
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.upgrade(_config(dsn, schema, output), revision)
         _reapply_grants(dsn, schema)
     return None
@@ -70,21 +70,37 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
     """Take ``schema`` down to ``revision`` (``base``: remove every pgqueue object)."""
     from alembic import command
 
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.downgrade(_config(dsn, schema), revision)
 
 
 @contextmanager
-def _refusal_as_permission_denied(schema: str) -> Iterator[None]:
-    """A role that may not migrate gets PermissionDenied, not a driver error.
-    Migration statements reach psycopg directly (then its error comes as is)
-    or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
+def _refusal_as_permission_denied(schema: str, dsn: str | None = None) -> Iterator[None]:
+    """A role that may not migrate gets PermissionDenied, and a failed
+    connection ConnectionFailed (one line, never the DSN's password), not a
+    driver error. Migration statements reach psycopg directly (then its error
+    comes as is) or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
     import psycopg
 
+    from pgqueue.database import connection_params, describe_target, dsn_error
+
+    target = resolve_dsn(dsn)
+    connection_params(target)  # an unparsable DSN: ConnectionFailed, without its parts
     try:
         yield
     except Exception as exc:
         cause = getattr(exc, "orig", exc)
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(cause, psycopg.OperationalError) and (
+            state is None or state.startswith(("08", "28", "57P")) or state == "53300"
+        ):
+            reason = str(cause).strip().splitlines()
+            raise ConnectionFailed(
+                f"PostgreSQL at {describe_target(target)}: "
+                f"{reason[0] if reason else 'connection failed'}"
+            ) from None
+        if isinstance(cause, psycopg.ProgrammingError) and cause.sqlstate is None:
+            raise ConnectionFailed(f"invalid DSN: {dsn_error(cause)}") from None
         if not isinstance(cause, psycopg.errors.InsufficientPrivilege):
             raise
         raise PermissionDenied(

@@ -30,6 +30,46 @@ ALTER TABLE {schema}.schedules ADD CONSTRAINT schedules_max_attempts_check CHECK
 DROP TABLE {schema}.periodic_schedules;
 
 -- The 0001 definitions (with the settings of 0003 and 0004).
+CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
+RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
+LANGUAGE sql AS $$
+    WITH input AS MATERIALIZED (
+        SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
+        FROM {schema}.enqueue_input(p_jobs) i
+        WHERE p_only IS NULL OR i.ord = ANY (p_only)
+    ),
+    inserted AS (
+        INSERT INTO {schema}.jobs AS j (
+            id, task, payload, queue, priority, run_at, status, max_attempts,
+            lease_seconds, dedup_key, serial_key,
+            backoff_base, backoff_factor, backoff_max, backoff_jitter)
+        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
+               i.lease_seconds, i.dedup_key, i.serial_key,
+               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter
+        FROM input i
+        ORDER BY i.ord
+        ON CONFLICT (queue, dedup_key)
+            WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
+        DO NOTHING
+        RETURNING j.id, j.queue
+    ),
+    new_queues AS (
+        SELECT DISTINCT queue FROM inserted
+    ),
+    registered AS (
+        INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+        ON CONFLICT (name) DO NOTHING
+    ),
+    -- Scheduled jobs notify too: idle workers recompute when to wake up.
+    notified AS (
+        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n FROM new_queues n
+    )
+    SELECT i.ord, d.id, i.queue, i.dedup_key
+    FROM input i
+    LEFT JOIN inserted d ON d.id = i.id
+    CROSS JOIN notified
+$$;
+
 
 CREATE OR REPLACE FUNCTION {schema}.retry_delay(
     p_attempt integer, p_base real, p_factor real, p_max real, p_jitter real

@@ -94,12 +94,12 @@ DECLARE
     v_size integer;
 BEGIN
     IF p_task IS NULL OR btrim(p_task) = '' OR length(p_task) > 255 OR p_task ~ '[[:cntrl:]]' THEN
-        RAISE EXCEPTION '%', format('pgqueue: invalid task name %s%s', quote_literal(left(coalesce(p_task, 'NULL'), 80)), v_job)
+        RAISE EXCEPTION '%', format('pgqueue: invalid task name %s%s', quote_literal(regexp_replace(left(coalesce(p_task, 'NULL'), 80), '[[:cntrl:]]', '?', 'g')), v_job)
             USING ERRCODE = '22023',
                   HINT = 'task names are 1 to 255 characters without control characters';
     END IF;
     IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION '%', format('pgqueue: invalid queue name %s%s', quote_literal(left(coalesce(p_queue, 'NULL'), 140)), v_job)
+        RAISE EXCEPTION '%', format('pgqueue: invalid queue name %s%s', quote_literal(regexp_replace(left(coalesce(p_queue, 'NULL'), 140), '[[:cntrl:]]', '?', 'g')), v_job)
             USING ERRCODE = '22023',
                   HINT = 'queue names are 1 to 128 characters from A-Z a-z 0-9 _ . : -';
     END IF;
@@ -198,6 +198,48 @@ LANGUAGE sql STABLE AS $$
              ELSE now() END,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
         coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576))
+$$;
+
+-- As in 0001, with every job validated before the first id is drawn.
+CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
+RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
+LANGUAGE sql AS $$
+    WITH input AS MATERIALIZED (
+        SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
+        FROM (SELECT * FROM {schema}.enqueue_input(p_jobs) v
+              WHERE p_only IS NULL OR v.ord = ANY (p_only)
+              ORDER BY v.ord + 0 OFFSET 0) i  -- validate all before drawing ids
+    ),
+    inserted AS (
+        INSERT INTO {schema}.jobs AS j (
+            id, task, payload, queue, priority, run_at, status, max_attempts,
+            lease_seconds, dedup_key, serial_key,
+            backoff_base, backoff_factor, backoff_max, backoff_jitter)
+        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
+               i.lease_seconds, i.dedup_key, i.serial_key,
+               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter
+        FROM input i
+        ORDER BY i.ord
+        ON CONFLICT (queue, dedup_key)
+            WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
+        DO NOTHING
+        RETURNING j.id, j.queue
+    ),
+    new_queues AS (
+        SELECT DISTINCT queue FROM inserted
+    ),
+    registered AS (
+        INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+        ON CONFLICT (name) DO NOTHING
+    ),
+    -- Scheduled jobs notify too: idle workers recompute when to wake up.
+    notified AS (
+        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n FROM new_queues n
+    )
+    SELECT i.ord, d.id, i.queue, i.dedup_key
+    FROM input i
+    LEFT JOIN inserted d ON d.id = i.id
+    CROSS JOIN notified
 $$;
 
 -- The SQL API: same signature as 0001; every check is check_job's now.
@@ -320,7 +362,10 @@ BEGIN
                    i.run_at, i.status, i.max_attempts, i.lease_seconds, i.dedup_key,
                    i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
                    i.backoff_jitter
-            FROM {schema}.enqueue_input(v_jobs) i
+            -- The sort reads (and so validates) every job before the first
+            -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
+            -- scan is already ordered on ord, which would skip the sort.)
+            FROM (SELECT * FROM {schema}.enqueue_input(v_jobs) v ORDER BY v.ord + 0 OFFSET 0) i
             RETURNING j.id, j.queue
         ),
         new_queues AS (
@@ -475,8 +520,9 @@ AS $$
 DECLARE
     v_fixed   timestamptz := {schema}.trusted_clock(p_now);
     v_now     timestamptz := coalesce(v_fixed, clock_timestamp());
-    v_left    integer := least(p_limit, 10000);
-    v_lease   integer := least(greatest(p_lease_seconds, 1), 2147483647);
+    v_left    integer := least(coalesce(p_limit, 1), 10000);
+    -- (greatest() would turn a NULL, "each job's own", into 1)
+    v_lease   integer := CASE WHEN p_lease_seconds IS NOT NULL THEN greatest(p_lease_seconds, 1) END;
     v_cap     integer;
     v_got     integer;
     v_queue   record;
@@ -662,7 +708,11 @@ WITH clock AS MATERIALIZED (
                 WHEN f.permanent OR (j.max_attempts > 0 AND j.attempts >= j.max_attempts) THEN 'dead'
                 ELSE 'retry' END AS next,
            least(greatest(coalesce(f.retry_at, c.now + coalesce(
-               make_interval(secs => least(greatest(f.retry_delay, 0), 31536000)),
+               CASE WHEN f.retry_delay IS NOT NULL  -- (greatest() would turn NULL into 0)
+                    THEN make_interval(secs => CASE WHEN f.retry_delay BETWEEN 0 AND 31536000
+                                                    THEN f.retry_delay
+                                                    WHEN f.retry_delay > 0 THEN 31536000
+                                                    ELSE 0 END) END,
                {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
                                     j.backoff_max, j.backoff_jitter))), '1970-01-01 00:00:00+00'),
                  '2499-12-31 00:00:00+00') AS next_run_at
@@ -756,7 +806,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 UPDATE {schema}.jobs j
 SET lease_expires_at = coalesce({schema}.trusted_clock(p_now), now())
-                       + make_interval(secs => least(greatest(coalesce(e.seconds, 1), 1), 31536000))
+                       + make_interval(secs => CASE WHEN e.seconds BETWEEN 1 AND 31536000
+                                                    THEN e.seconds
+                                                    WHEN e.seconds > 31536000 THEN 31536000
+                                                    ELSE 1 END)
 FROM unnest(p_job_ids, p_attempt_ids, p_seconds) AS e(job_id, attempt_id, seconds)
 WHERE j.id = ANY (p_job_ids)
   AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.status = 'running'
