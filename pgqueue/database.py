@@ -64,7 +64,8 @@ def dsn_error(exc: BaseException) -> str:
     """Why a DSN did not parse, without the DSN's parts: the driver quotes the
     offending token, which may be (part of) the password."""
     reason = re.sub(r'"[^"]*"', "…", str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-    return f"{reason.rstrip(': ') or 'cannot be parsed'} (the DSN is not shown: it may hold a password)"
+    reason = reason.rstrip(": ") or "cannot be parsed"
+    return f"{reason} (the DSN is not shown: it may hold a password)"
 
 
 def describe_target(dsn: str) -> str:
