@@ -641,15 +641,19 @@ $$;
 CREATE FUNCTION {schema}.ack_jobs(
     p_job_ids bigint[], p_attempt_ids bigint[], p_results jsonb[], p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, attempt_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- EXECUTE: planned for the arrays at hand on every call, as the
+    -- statement was before; a cached generic plan joins them quadratically.
+    RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock(p_now), now()) AS now
+    SELECT coalesce({schema}.trusted_clock($4), now()) AS now
 ), done AS (
-    SELECT * FROM unnest(p_job_ids, p_attempt_ids,
-                         coalesce(p_results, array_fill(NULL::jsonb, ARRAY[cardinality(p_job_ids)])))
+    SELECT * FROM unnest($1, $2,
+                         coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
         AS d(job_id, attempt_id, result)
 ), finished AS (
     UPDATE {schema}.jobs j
@@ -658,7 +662,7 @@ WITH clock AS MATERIALIZED (
         lease_expires_at = NULL,
         result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END
     FROM done d
-    WHERE j.id = ANY (p_job_ids)
+    WHERE j.id = ANY ($1)
       AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
     RETURNING j.id, j.status, j.notify_finish, j.attempt_id, j.attempts, j.worker_id,
               j.attempt_started_at, j.finished_at, j.queue
@@ -675,7 +679,9 @@ WITH clock AS MATERIALIZED (
           SELECT DISTINCT 'j:' || f.queue FROM finished f
           WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
-SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified;
+SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified
+$q$ USING p_job_ids, p_attempt_ids, p_results, p_now;
+END;
 $$;
 
 -- Record failed attempts (job_fail_many before this revision). Retry times
@@ -686,20 +692,24 @@ CREATE FUNCTION {schema}.fail_jobs(
     p_retry_delays float8[], p_permanent boolean[], p_error_codes text[],
     p_error_messages text[], p_tracebacks text[], p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, attempt_id bigint, status text)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- EXECUTE: planned for the arrays at hand on every call, as the
+    -- statement was before; a cached generic plan joins them quadratically.
+    RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock(p_now), now()) AS now
+    SELECT coalesce({schema}.trusted_clock($10), now()) AS now
 ), failed AS (
     SELECT f.job_id, f.attempt_id,
            CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired')
                 THEN f.outcome ELSE 'failed' END::{schema}.attempt_outcome AS outcome,
            f.retry_at, f.retry_delay, coalesce(f.permanent, false) AS permanent,
            coalesce(f.error_code, 'error') AS error_code, f.error_message, f.traceback
-    FROM unnest(p_job_ids, p_attempt_ids, p_outcomes, p_retry_ats, p_retry_delays, p_permanent,
-                p_error_codes, p_error_messages, p_tracebacks)
+    FROM unnest($1, $2, $3, $4, $5, $6,
+                $7, $8, $9)
         AS f(job_id, attempt_id, outcome, retry_at, retry_delay, permanent, error_code,
              error_message, traceback)
 ), decided AS (
@@ -719,7 +729,7 @@ WITH clock AS MATERIALIZED (
     FROM failed f
     CROSS JOIN clock c
     JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.status = 'running'
-    WHERE j.id = ANY (p_job_ids)
+    WHERE j.id = ANY ($1)
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -732,7 +742,7 @@ WITH clock AS MATERIALIZED (
         lease_expires_at = NULL,
         last_error = left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)
     FROM decided d
-    WHERE j.id = ANY (p_job_ids) AND j.id = d.job_id
+    WHERE j.id = ANY ($1) AND j.id = d.job_id
     RETURNING j.id, j.attempt_id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
@@ -752,25 +762,31 @@ WITH clock AS MATERIALIZED (
           WHERE u.status IN ('queued', 'scheduled')
              OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
-SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified;
+SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified
+$q$ USING p_job_ids, p_attempt_ids, p_outcomes, p_retry_ats, p_retry_delays, p_permanent, p_error_codes, p_error_messages, p_tracebacks, p_now;
+END;
 $$;
 
 -- Hand leased jobs back unrun (job_nack_many before this revision).
 CREATE FUNCTION {schema}.release_jobs(
     p_job_ids bigint[], p_attempt_ids bigint[], p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, attempt_id bigint)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- EXECUTE: planned for the arrays at hand on every call, as the
+    -- statement was before; a cached generic plan joins them quadratically.
+    RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock(p_now), now()) AS now
+    SELECT coalesce({schema}.trusted_clock($3), now()) AS now
 ), released AS (
-    SELECT * FROM unnest(p_job_ids, p_attempt_ids) AS r(job_id, attempt_id)
+    SELECT * FROM unnest($1, $2) AS r(job_id, attempt_id)
 ), old AS (
     SELECT j.id, j.attempt_id, j.attempts, j.attempt_started_at, j.worker_id, j.cancel_requested
     FROM {schema}.jobs j JOIN released r ON j.id = r.job_id AND j.attempt_id = r.attempt_id
-    WHERE j.id = ANY (p_job_ids) AND j.status = 'running'
+    WHERE j.id = ANY ($1) AND j.status = 'running'
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -779,7 +795,7 @@ WITH clock AS MATERIALIZED (
         finished_at = CASE WHEN o.cancel_requested THEN (SELECT now FROM clock) END,
         lease_expires_at = NULL
     FROM old o
-    WHERE j.id = ANY (p_job_ids) AND j.id = o.id
+    WHERE j.id = ANY ($1) AND j.id = o.id
     RETURNING j.id, j.attempt_id, j.status, j.queue
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
@@ -792,7 +808,9 @@ WITH clock AS MATERIALIZED (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM updated WHERE status = 'queued') q
 )
-SELECT u.id, u.attempt_id FROM updated u CROSS JOIN notified;
+SELECT u.id, u.attempt_id FROM updated u CROSS JOIN notified
+$q$ USING p_job_ids, p_attempt_ids, p_now;
+END;
 $$;
 
 -- Push leases to now + seconds (bounded to 1 s .. 1 year). Returns, for every
@@ -800,20 +818,26 @@ $$;
 CREATE FUNCTION {schema}.extend_jobs(
     p_job_ids bigint[], p_attempt_ids bigint[], p_seconds float8[], p_now timestamptz DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, cancel_requested boolean)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- EXECUTE: planned for the arrays at hand on every call, as the
+    -- statement was before; a cached generic plan joins them quadratically.
+    RETURN QUERY EXECUTE $q$
 UPDATE {schema}.jobs j
-SET lease_expires_at = coalesce({schema}.trusted_clock(p_now), now())
+SET lease_expires_at = coalesce({schema}.trusted_clock($4), now())
                        + make_interval(secs => CASE WHEN e.seconds BETWEEN 1 AND 31536000
                                                     THEN e.seconds
                                                     WHEN e.seconds > 31536000 THEN 31536000
                                                     ELSE 1 END)
-FROM unnest(p_job_ids, p_attempt_ids, p_seconds) AS e(job_id, attempt_id, seconds)
-WHERE j.id = ANY (p_job_ids)
+FROM unnest($1, $2, $3) AS e(job_id, attempt_id, seconds)
+WHERE j.id = ANY ($1)
   AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.status = 'running'
-RETURNING j.id, j.cancel_requested;
+RETURNING j.id, j.cancel_requested
+$q$ USING p_job_ids, p_attempt_ids, p_seconds, p_now;
+END;
 $$;
 
 -- The reaper (job_reap_expired before this revision): expired leases back
@@ -821,17 +845,21 @@ $$;
 -- ack or fail is writing to that ack or fail.
 CREATE FUNCTION {schema}.reap_jobs(p_limit integer, p_now timestamptz DEFAULT NULL)
 RETURNS TABLE (job_id bigint, status text)
-LANGUAGE sql
+LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    -- EXECUTE: planned for the arrays at hand on every call, as the
+    -- statement was before; a cached generic plan joins them quadratically.
+    RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock(p_now), now()) AS now
+    SELECT coalesce({schema}.trusted_clock($2), now()) AS now
 ), expired AS MATERIALIZED (
     SELECT j.id FROM {schema}.jobs j
     WHERE j.status = 'running' AND j.lease_expires_at < (SELECT now FROM clock)
     ORDER BY j.lease_expires_at
-    LIMIT least(greatest(p_limit, 1), 10000)
+    LIMIT least(greatest($1, 1), 10000)
     FOR UPDATE SKIP LOCKED
 ), decided AS (
     SELECT j.id, j.attempt_id, j.attempts, j.worker_id, j.attempt_started_at, j.notify_finish,
@@ -871,7 +899,9 @@ WITH clock AS MATERIALIZED (
           UNION
           SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
 )
-SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
+SELECT u.id, u.status::text FROM updated u CROSS JOIN notified
+$q$ USING p_limit, p_now;
+END;
 $$;
 
 -- result(): ask for a notification when a live job finishes (the one write a
