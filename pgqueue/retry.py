@@ -8,7 +8,6 @@ from datetime import timedelta
 
 from pgqueue.errors import InvalidOption
 
-
 #: Bounds of a backoff, equal to the database's (sql/migrations/0005).
 MAX_BACKOFF_SECONDS = 31_536_000
 MAX_BACKOFF_FACTOR = 1000
