@@ -538,7 +538,8 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_fixed   timestamptz := {schema}.trusted_clock(p_now);
+    -- (A call only when a clock is passed: it costs more than the rest of an idle lease.)
+    v_fixed   timestamptz := CASE WHEN p_now IS NOT NULL THEN {schema}.trusted_clock(p_now) END;
     v_now     timestamptz := coalesce(v_fixed, clock_timestamp());
     v_left    integer := least(coalesce(p_limit, 1), 10000);
     -- (greatest() would turn a NULL, "each job's own", into 1)
@@ -566,24 +567,24 @@ BEGIN
     END IF;
 
     FOR v_queue IN
-        WITH RECURSIVE ready(name) AS (
-            (SELECT j.queue FROM {schema}.jobs j
-             WHERE p_queues IS NULL AND j.status = 'queued'
-             ORDER BY j.queue LIMIT 1)
-            UNION ALL
-            SELECT (SELECT j.queue FROM {schema}.jobs j
-                    WHERE j.status = 'queued' AND j.queue > r.name
-                    ORDER BY j.queue LIMIT 1)
-            FROM ready r WHERE r.name IS NOT NULL
-        ), candidates AS (
-            SELECT r.name FROM ready r WHERE r.name IS NOT NULL
-            UNION
-            SELECT unnest(p_queues)
-        )
         SELECT q.name, q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL AS limited
-        FROM candidates c
-        JOIN {schema}.queues q ON q.name = c.name
-        WHERE NOT q.paused
+        FROM {schema}.queues q
+        WHERE NOT q.paused AND q.name = ANY (CASE
+            WHEN p_queues IS NOT NULL THEN p_queues
+            -- Every queue: only those holding ready jobs, found by a loose
+            -- index scan of the ready index (one probe per such queue).
+            ELSE ARRAY(
+                WITH RECURSIVE ready(name) AS (
+                    (SELECT j.queue FROM {schema}.jobs j
+                     WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT j.queue FROM {schema}.jobs j
+                            WHERE j.status = 'queued' AND j.queue > r.name
+                            ORDER BY j.queue LIMIT 1)
+                    FROM ready r WHERE r.name IS NOT NULL
+                )
+                SELECT r.name FROM ready r WHERE r.name IS NOT NULL)
+            END)
         ORDER BY random()   -- no queue is always served first
     LOOP
         EXIT WHEN v_left <= 0;
@@ -670,7 +671,7 @@ BEGIN
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock($4), now()) AS now
+    SELECT CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($4), now()) END AS now
 ), done AS (
     SELECT * FROM unnest($1, $2,
                          coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
@@ -721,7 +722,7 @@ BEGIN
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock($10), now()) AS now
+    SELECT CASE WHEN $10 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($10), now()) END AS now
 ), failed AS (
     SELECT f.job_id, f.attempt_id,
            CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired')
@@ -800,7 +801,7 @@ BEGIN
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock($3), now()) AS now
+    SELECT CASE WHEN $3 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($3), now()) END AS now
 ), released AS (
     SELECT * FROM unnest($1, $2) AS r(job_id, attempt_id)
 ), old AS (
@@ -847,7 +848,7 @@ BEGIN
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
 UPDATE {schema}.jobs j
-SET lease_expires_at = coalesce({schema}.trusted_clock($4), now())
+SET lease_expires_at = CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($4), now()) END
                        + make_interval(secs => CASE WHEN e.seconds BETWEEN 1 AND 31536000
                                                     THEN e.seconds
                                                     WHEN e.seconds > 31536000 THEN 31536000
@@ -874,7 +875,7 @@ BEGIN
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
 WITH clock AS MATERIALIZED (
-    SELECT coalesce({schema}.trusted_clock($2), now()) AS now
+    SELECT CASE WHEN $2 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($2), now()) END AS now
 ), expired AS MATERIALIZED (
     SELECT j.id FROM {schema}.jobs j
     WHERE j.status = 'running' AND j.lease_expires_at < (SELECT now FROM clock)
