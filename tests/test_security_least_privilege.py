@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue.migrate import downgrade, upgrade
+from tests.cli_support import assert_one_line_error, run_cli
 from tests.fixtures.dbstate import snapshot
 from tests.fixtures.workers import Workers, job_statuses, task_events, wait_until
 from tests.test_security_grants import Role, Roles, roles  # noqa: F401 (fixture)
@@ -743,3 +744,49 @@ def test_a_task_extends_its_own_lease_past_the_original_expiry(
     assert [a.outcome for a in job.attempt_history] == ["succeeded"]
     assert json.loads(json.dumps(job.result)) == 1
     assert datetime.now(UTC) - job.finished_at < timedelta(minutes=5)  # type: ignore[operator]
+
+
+# --- 4. terminal output, 8. DSNs ----------------------------------------------------------
+
+
+def test_cli_output_escapes_control_characters_whatever_is_stored(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    job_id = app.enqueue("t", queue="esc").job_id
+    (leased,) = app.lease("esc", "w")
+    app.fail(leased, "boom \x1b]0;owned\x07 \x1b[2J done", permanent=True)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        # As stored before revision 0005 (or by an admin writing directly).
+        conn.execute("UPDATE pgqueue.jobs SET task = 'evil\x1b[31m\nname' WHERE id = %s", (job_id,))
+    for args in (("jobs", "list"), ("jobs", "show", str(job_id)), ("status",), ("dlq", "list")):
+        done = run_cli(db_dsn, *args)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout, args
+        assert "\x07" not in done.stdout, args
+    assert "\\x1b" in run_cli(db_dsn, "jobs", "list").stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status",),
+        ("check", "--json"),
+        ("enqueue", "t"),
+        ("grant", "--role", "x", "--producer"),
+        ("migrate",),
+        ("jobs", "list"),
+    ],
+)
+def test_a_malformed_dsn_is_never_echoed(args: tuple[str, ...]) -> None:
+    done = run_cli("postgresql://u:S3cret%zz@127.0.0.1:1/db", *args)
+    assert done.returncode != 0
+    assert "S3cret" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    if args != ("check", "--json"):
+        assert_one_line_error(done, "invalid DSN")
+
+
+def test_migrate_without_a_server_is_one_line() -> None:
+    done = run_cli("postgresql://u:S3cret@127.0.0.1:1/db", "migrate")
+    assert_one_line_error(done, "127.0.0.1:1/db")
+    assert "S3cret" not in done.stderr
