@@ -579,7 +579,7 @@ BEGIN
                      WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
                     UNION ALL
                     SELECT (SELECT j.queue FROM {schema}.jobs j
-                            WHERE j.status = 'queued' AND j.queue > r.name
+                            WHERE j.queue > r.name AND j.status = 'queued'
                             ORDER BY j.queue LIMIT 1)
                     FROM ready r WHERE r.name IS NOT NULL
                 )
