@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 
 from pgqueue import health, validation
+from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
 from pgqueue.config import resolve_dsn
 from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption
@@ -31,6 +32,7 @@ from pgqueue.models import (
 )
 from pgqueue.ops import (
     DEFAULT_TASK,
+    Op,
     OpContext,
     TaskDefaults,
     admin,
@@ -229,14 +231,29 @@ class App:
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: SyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
-        in ``conn``'s transaction when given."""
+        in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
+        Connection/Session, or Django's connection). ``dedup_window``: no new
+        job if one with this dedup_key was created within that many seconds;
+        ``debounce``: postpone and update the queued job holding the key."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return self.database.run(enqueue.enqueue_one(self.op_context, spec), conn)
+        return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
     async def enqueue_async(
         self,
@@ -250,26 +267,44 @@ class App:
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: AsyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
-        """Async twin of :meth:`enqueue`."""
+        """Async twin of :meth:`enqueue` (``conn``: an async connection or session)."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return await self.database.run_async(enqueue.enqueue_one(self.op_context, spec), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
+        )
 
     def enqueue_many(
-        self, specs: Sequence[JobSpec], *, conn: SyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Enqueue many jobs in one statement and one transaction (all or
         nothing); dedup hits return the live job's id, in input order."""
-        return self.database.run(enqueue.enqueue_many(self.op_context, specs), conn)
+        return self.database.run(
+            enqueue.enqueue_many(self.op_context, specs), sync_connection(conn)
+        )
 
     async def enqueue_many_async(
-        self, specs: Sequence[JobSpec], *, conn: AsyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Async twin of :meth:`enqueue_many`."""
-        return await self.database.run_async(enqueue.enqueue_many(self.op_context, specs), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_many(self.op_context, specs), await async_connection(conn)
+        )
 
     # --- low-level consumer API ----------------------------------------------
 
@@ -413,17 +448,21 @@ class App:
         return await self.database.run_async(inspect.explain(job_id))
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
-        """The job's stored return value, waiting (via NOTIFY) until it
-        finishes. Raises JobFailed (dead), JobCancelled, or ResultTimeout."""
-        return self.database.run(inspect.result(job_id, timeout, self._result_poll))
+        """The job's stored return value, waiting (via NOTIFY, or polling when
+        the App has ``listen=False``) until it finishes; no pooled connection
+        is held while waiting. Raises JobFailed (dead), JobCancelled, or
+        ResultTimeout."""
+        return self.database.run_released(self._result_op(job_id, timeout))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """Async twin of :meth:`result`."""
-        return await self.database.run_async(inspect.result(job_id, timeout, self._result_poll))
+        return await self.database.run_released_async(self._result_op(job_id, timeout))
 
-    @property
-    def _result_poll(self) -> float:
-        return 1.0 if self.listen else 0.2
+    def _result_op(self, job_id: int, timeout: float | None) -> Op[Any]:
+        # Waits hold no pooled connection; with listen=True on one LISTEN
+        # connection of their own (see Database.run_released).
+        poll = 1.0 if self.listen else 0.2
+        return inspect.result(job_id, timeout, poll, listen=self.listen)
 
     # --- administration ----------------------------------------------------------
 

@@ -45,7 +45,7 @@ from psycopg import sql
 
 from pgqueue import validation
 from pgqueue.config import resolve_dsn
-from pgqueue.database import ErrorTranslator, connection_params, migrate_command
+from pgqueue.database import ErrorTranslator, connection_params, migrate_command, translated
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
 from pgqueue.version import SCHEMA_REVISION
 
@@ -79,7 +79,9 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Explicit EXECUTE (revision 0005 revokes it from PUBLIC). Names are unique
 # in the schema: no signatures.
-_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "visible_status", "watch_job", "job_status")
+_PRODUCER_FUNCTIONS = (
+    "enqueue", "enqueue_batch", "enqueue_windowed", "visible_status", "watch_job", "job_status",
+)  # fmt: skip
 _WORKER_FUNCTIONS = (
     # The Python worker's batch statements.
     "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs", "reap_jobs",
@@ -249,25 +251,21 @@ def grant(
     after ``pgqueue migrate``."""
     role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
     target = resolve_dsn(dsn)
-    translate = ErrorTranslator(schema, target)
-    try:
-        with psycopg.connect(connection_params(target)) as conn:
-            owner = _check(conn, role, schema)
-            statements = grant_statements(role, known, schema, owner)
-            text = [
-                f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
-                *_notes(known, schema, owner),
-                *(f"{statement.as_string(conn)};" for statement in statements),
-            ]
-            if not dry_run:
-                _execute(conn, statements, schema)
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise PermissionDenied(
-            f"{exc.diag.message_primary}: run pgqueue grant as the owner of schema "
-            f'"{schema}" or a superuser'
-        ) from None
-    except psycopg.Error as exc:
-        raise translate(exc) from None
+    translate = ErrorTranslator(
+        schema,
+        target,
+        permission_hint=f'run pgqueue grant as the owner of schema "{schema}" or a superuser',
+    )
+    with translated(translate), psycopg.connect(connection_params(target)) as conn:
+        owner = _check(conn, role, schema)
+        statements = grant_statements(role, known, schema, owner)
+        text = [
+            f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
+            *_notes(known, schema, owner),
+            *(f"{statement.as_string(conn)};" for statement in statements),
+        ]
+        if not dry_run:
+            _execute(conn, statements, schema)
     return text
 
 

@@ -15,7 +15,7 @@ from typing import TextIO
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
 from pgqueue.config import resolve_dsn
-from pgqueue.errors import ConnectionFailed, PermissionDenied
+from pgqueue.errors import PermissionDenied
 from pgqueue.queries import render
 
 __all__ = ["current", "downgrade", "render_migration", "upgrade"]
@@ -75,56 +75,30 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
 
 
 @contextmanager
-def _refusal_as_permission_denied(schema: str, dsn: str | None = None) -> Iterator[None]:
-    """A role that may not migrate gets PermissionDenied, and a failed
-    connection ConnectionFailed (one line, never the DSN's password), not a
-    driver error. Migration statements reach psycopg directly (then its error
-    comes as is) or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
-    import psycopg
+def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None]:
+    """Driver errors come as pgqueue errors; a role that may not migrate gets
+    PermissionDenied saying who may."""
+    from pgqueue.database import ErrorTranslator, translated
 
-    from pgqueue.database import connection_params, describe_target, dsn_error
+    hint = (
+        "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
+    )
+    from pgqueue.database import connection_params
 
-    target = resolve_dsn(dsn)
-    connection_params(target)  # an unparsable DSN: ConnectionFailed, without its parts
+    connection_params(resolve_dsn(dsn))  # an unparsable DSN: one line, without its parts
+    translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)
     try:
-        yield
-    except Exception as exc:
-        cause = getattr(exc, "orig", exc)
-        state = getattr(cause, "sqlstate", None)
-        if isinstance(cause, psycopg.OperationalError) and (
-            state is None or state.startswith(("08", "28", "57P")) or state == "53300"
-        ):
-            reason = str(cause).strip().splitlines()
-            raise ConnectionFailed(
-                f"PostgreSQL at {describe_target(target)}: "
-                f"{reason[0] if reason else 'connection failed'}"
-            ) from None
-        if isinstance(cause, psycopg.ProgrammingError) and cause.sqlstate is None:
-            raise ConnectionFailed(f"invalid DSN: {dsn_error(cause)}") from None
-        if not isinstance(cause, psycopg.errors.InsufficientPrivilege):
-            raise
-        raise PermissionDenied(
-            f'cannot migrate schema "{schema}": {cause.diag.message_primary}: migrations run '
-            "as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
-        ) from None
+        with translated(translate):
+            yield
+    except PermissionDenied as exc:
+        raise PermissionDenied(f'cannot migrate schema "{schema}": {exc}') from None
 
 
 def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
     """The schema's revision, or None when it was never migrated."""
-    import psycopg
-    from psycopg import sql as pgsql
+    from pgqueue.database import read_revision
 
-    validation.schema_name(schema)
-    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
-        try:
-            row = conn.execute(
-                pgsql.SQL("SELECT version_num FROM {}.alembic_version").format(
-                    pgsql.Identifier(schema)
-                )
-            ).fetchone()
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-            return None
-    return row[0] if row else None
+    return read_revision(resolve_dsn(dsn), validation.schema_name(schema))
 
 
 def render_migration(filename: str, schema: str) -> str:

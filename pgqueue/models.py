@@ -62,6 +62,12 @@ class JobSpec:
     max_attempts: int | None = None
     dedup_key: str | None = None
     serial_key: str | None = None
+    #: No new job when one with this (queue, dedup_key) was created within
+    #: this many seconds, finished or not (the hit's id comes back).
+    dedup_window: float | timedelta | None = None
+    #: While the job holding dedup_key is still queued, replace its payload and
+    #: move its run_at to now + debounce seconds instead of creating one.
+    debounce: float | timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

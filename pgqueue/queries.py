@@ -19,6 +19,7 @@ from pgqueue._resources import sql_dir
 
 QueryName = Literal[
     "job_enqueue_batch",
+    "job_enqueue_windowed",
     "job_lease",
     "job_ack_many",
     "job_fail_many",

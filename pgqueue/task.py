@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue import validation
+from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
 from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import TaskDefaults
@@ -15,8 +16,6 @@ from pgqueue.ops.enqueue import enqueue_one
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
-    import psycopg
-
     from pgqueue.app import App
 
 P = ParamSpec("P")
@@ -86,13 +85,26 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> TaskCall:
-        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``."""
+        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``.
+        ``conn``: see :meth:`pgqueue.App.enqueue`."""
         return TaskCall(
             self,
             JobSpec(
-                self.name, None, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+                self.name,
+                None,
+                queue,
+                priority,
+                run_at,
+                delay,
+                max_attempts,
+                dedup_key,
+                serial_key,
+                dedup_window,
+                debounce,
             ),
             conn,
         )
@@ -126,16 +138,20 @@ class TaskCall:
             s.max_attempts,
             s.dedup_key,
             s.serial_key,
+            s.dedup_window,
+            s.debounce,
         )
 
     def enqueue(self, **payload: Any) -> Enqueued:
         """Enqueue with these options (in ``conn``'s transaction when given)."""
         app = self.task.app
-        return app.database.run(enqueue_one(app.op_context, self._spec(payload)), self.conn)
+        return app.database.run(
+            enqueue_one(app.op_context, self._spec(payload)), sync_connection(self.conn)
+        )
 
     async def enqueue_async(self, **payload: Any) -> Enqueued:
         """Async twin of :meth:`enqueue` (``conn`` must be an async connection)."""
         app = self.task.app
         return await app.database.run_async(
-            enqueue_one(app.op_context, self._spec(payload)), self.conn
+            enqueue_one(app.op_context, self._spec(payload)), await async_connection(self.conn)
         )

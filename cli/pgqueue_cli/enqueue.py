@@ -49,6 +49,22 @@ def enqueue(
     serial_key: Annotated[
         str | None, typer.Option(help="Jobs sharing this key run one at a time, in order.")
     ] = None,
+    dedup_window: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dedup-key: no new job if one with the key was created within "
+            "this long (e.g. 1h), finished or not.",
+            show_default=False,
+        ),
+    ] = None,
+    debounce: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dedup-key: while the key's job is still queued, replace its "
+            "payload and run it this long from now (e.g. 30s).",
+            show_default=False,
+        ),
+    ] = None,
     max_attempts: Annotated[
         int | None, typer.Option(help="Attempts before the job goes dead.", show_default=False)
     ] = None,
@@ -82,13 +98,25 @@ def enqueue(
     """
     when = parsing.moment("--run-at", run_at)
     wait = parsing.optional_duration("--delay", delay)
+    window = parsing.optional_duration("--dedup-window", dedup_window)
+    settle = parsing.optional_duration("--debounce", debounce)
     if batch:
         if payload is not None or payload_file is not None:
             raise InvalidOption("--batch reads payloads from stdin: drop --payload/--payload-file")
         payloads = parsing.json_lines(sys.stdin.read().splitlines(), "stdin")
         specs = [
             pgqueue.JobSpec(
-                task, p, queue, priority, when, wait, max_attempts, dedup_key, serial_key
+                task,
+                p,
+                queue,
+                priority,
+                when,
+                wait,
+                max_attempts,
+                dedup_key,
+                serial_key,
+                window,
+                settle,
             )
             for p in payloads
         ]
@@ -116,6 +144,8 @@ def enqueue(
             max_attempts=max_attempts,
             dedup_key=dedup_key,
             serial_key=serial_key,
+            dedup_window=window,
+            debounce=settle,
         )
     if as_json:
         output.print_json(result)

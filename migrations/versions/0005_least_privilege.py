@@ -3,13 +3,13 @@ DEFINER functions (also the SQL worker API), bounded reaper/completer
 arithmetic, lease cost independent of idle queues, recorded grants.
 
 Revision ID: 0005
-Revises: 0004
+Revises: 0007 (it landed on main first)
 """
 
 from pgqueue.migrate import run_migration_file
 
 revision = "0005"
-down_revision = "0004"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

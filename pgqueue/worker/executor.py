@@ -15,7 +15,7 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,9 +29,9 @@ from pgqueue.payloads import encode_result
 from pgqueue.retry import Permanent, Retry
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.task_transaction import TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -54,6 +54,7 @@ class RunningJob:
     __slots__ = (
         "cancel_requested",
         "context",
+        "extend_requests",
         "extend_to",
         "handle",
         "job",
@@ -78,13 +79,21 @@ class RunningJob:
         self.cancel_requested = False
         self.lost = False
         self.extend_to: float | None = None
+        self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
 
 
 class Executor:
     """Starts jobs and turns their endings into completions."""
 
-    def __init__(self, app: App, concurrency: int, completer: Completer) -> None:
-        self.app = app
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        concurrency: int,
+        completer: Completer,
+        max_result_bytes: int,
+        transactions: TaskTransactionSource | None = None,
+    ) -> None:
+        self.tasks = tasks
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -97,7 +106,8 @@ class Executor:
         )
         self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
-        self.max_result_bytes = app.max_result_bytes
+        self.max_result_bytes = max_result_bytes
+        self.transactions = transactions  # for context.transaction(); None: unavailable
         self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
@@ -112,7 +122,7 @@ class Executor:
     # --- start -----------------------------------------------------------------
 
     def start(self, job: LeasedJob, leased_at: float) -> None:
-        task = self.app.tasks.get(job.task)
+        task = self.tasks.get(job.task)
         rj = RunningJob(job, task, leased_at)
         self.running[job.job_id] = rj
         if task is None:
@@ -152,6 +162,11 @@ class Executor:
                 job.queue,
                 job.task,
                 _extend=partial(self._request_extend, rj),
+                _transactions=None
+                if self.transactions is None
+                else self.transactions.for_job(
+                    job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
+                ),
             )
             kwargs = {**kwargs, "context": rj.context}
         if task.is_async:
@@ -200,7 +215,7 @@ class Executor:
 
     def _on_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
-        if rj.handle is None or rj.handle.done():
+        if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
         rj.timed_out = True
         if rj.task is not None and rj.task.is_async:
@@ -228,6 +243,20 @@ class Executor:
             rj.timer = None
         self._release_slot()
         job = rj.job
+        if _completed_in_transaction(rj):
+            self.running.pop(job.job_id, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded in its transaction",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                    error=None if exc is None else repr(exc),
+                )
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -326,8 +355,12 @@ class Executor:
 
     def _request_extend(self, rj: RunningJob, seconds: float) -> None:
         """JobContext.extend: may be called from a task's thread."""
-        rj.extend_to = float(seconds)
-        self.loop.call_soon_threadsafe(self.heartbeat_wake)
+        self.loop.call_soon_threadsafe(self._note_extend, rj, float(seconds))
+
+    def _note_extend(self, rj: RunningJob, seconds: float) -> None:
+        rj.extend_to = seconds
+        rj.extend_requests += 1
+        self.heartbeat_wake()
 
     def cancel(self, job_id: int) -> None:
         """A cancel was requested for a job: tell the task to stop."""
@@ -349,9 +382,10 @@ class Executor:
 
     def lose(self, job_id: int) -> None:
         """The lease was refused (reaped): stop treating the job as ours."""
-        rj = self.running.pop(job_id, None)
-        if rj is None:
-            return
+        rj = self.running.get(job_id)
+        if rj is None or _completing_in_transaction(rj):
+            return  # the row changed because context.transaction() recorded the job
+        del self.running[job_id]
         rj.lost = True
         if rj.context is not None:
             rj.context.request_stop()
@@ -402,6 +436,16 @@ class Executor:
         (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         return self.threads_busy
+
+
+def _completed_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and tx.completed
+
+
+def _completing_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and (tx.committing or tx.completed)
 
 
 def _ms_since(started: float) -> float:

@@ -195,7 +195,8 @@ ALTER FUNCTION {schema}.enqueue_batch(jsonb)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET plan_cache_mode = auto SET enable_seqscan = off SET jit = off;
 
-CREATE OR REPLACE FUNCTION {schema}.enqueue(
+-- (0007 renamed 0001's enqueue() to enqueue_plain.)
+CREATE OR REPLACE FUNCTION {schema}.enqueue_plain(
     task         text,
     payload      jsonb DEFAULT '{}',
     queue        text DEFAULT 'default',
@@ -399,7 +400,12 @@ DROP TABLE {schema}.limits;
 ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT EXECUTE ON FUNCTIONS TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
-    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),
+    {schema}.enqueue_plain(text, jsonb, text, integer, timestamptz, integer, text, text),
+    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval),
+    {schema}.enqueue_windowed(jsonb),
+    {schema}.dedup_claim(text, text, interval, interval, jsonb),
+    {schema}.dedup_lock(bigint[]),
+    {schema}.dedup_lock_key(text, text),
     {schema}.enqueue_batch(jsonb),
     {schema}.enqueue_rows(jsonb, bigint[])
 FROM PUBLIC;

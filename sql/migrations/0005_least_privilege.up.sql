@@ -262,9 +262,10 @@ LANGUAGE sql AS $$
     CROSS JOIN notified
 $$;
 
--- The SQL API: same signature as 0001; every check is check_job's now.
+-- The plain path of the SQL API (0001's enqueue(), renamed enqueue_plain by
+-- 0007, whose enqueue() delegates to it); every check is check_job's now.
 -- max_attempts 0 means unlimited.
-CREATE OR REPLACE FUNCTION {schema}.enqueue(
+CREATE OR REPLACE FUNCTION {schema}.enqueue_plain(
     task         text,
     payload      jsonb DEFAULT '{}',
     queue        text DEFAULT 'default',

@@ -7,6 +7,11 @@
 -- Enqueue a JSON array of job objects; one row (job_id, created) per input, in order.
 SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
 
+-- name: job_enqueue_windowed
+-- Enqueue a JSON array of job objects some of which carry dedup_window or
+-- debounce (seconds); one row (job_id, created) per input, in order.
+SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
+
 -- name: job_lease
 -- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds
