@@ -70,6 +70,14 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
+    # sql/queries/operator.sql
+    "job_cancel_batch",
+    "job_cancel_count",
+    "job_status_many",
+    "queue_list",
+    "queue_delete",
+    "schema_summary",
+    "schema_drop",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -35,7 +35,9 @@ def enqueue(
     ] = None,
     delay: Annotated[
         str | None,
-        typer.Option(help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False),
+        typer.Option(
+            metavar="DURATION", help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False
+        ),
     ] = None,
     run_at: Annotated[
         str | None, typer.Option(help="Run at this ISO-8601 time.", show_default=False)
@@ -96,6 +98,8 @@ def enqueue(
 
       jq -c '.[]' users.json | pgqueue enqueue welcome --batch
     """
+    if run_at is not None and delay is not None:
+        raise InvalidOption("give --run-at or --delay, not both")
     when = parsing.moment("--run-at", run_at)
     wait = parsing.optional_duration("--delay", delay)
     window = parsing.optional_duration("--dedup-window", dedup_window)
@@ -177,9 +181,10 @@ def enqueue_all(
         return results
     # One transaction around the batches: a bad payload on line 90,000 or a
     # dropped connection leaves nothing half-imported, so the run can simply
-    # be repeated. Batches keep each statement (and its JSON) bounded.
+    # be repeated. Batches keep each statement (and its JSON) bounded. A pooled
+    # connection: it gets the pool's session setup and schema check.
     with (
-        app.database.connect() as conn,
+        app.database.sync_pool().connection() as conn,
         conn.transaction(),
         output.progress("enqueueing", len(specs), show_bar) as advance,
     ):

@@ -25,7 +25,7 @@ import structlog
 from pgqueue.context import JobContext
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
-from pgqueue.payloads import encode_result
+from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry
 
 if TYPE_CHECKING:
@@ -268,7 +268,17 @@ class Executor:
             )
             return
         if exc is None:
-            self.completer.ack(rj, encode_result(value, self.max_result_bytes))
+            encoded = encode_result(value, self.max_result_bytes)
+            if isinstance(encoded, UnstoredResult):
+                self.jlog.warning(
+                    "job succeeded but its result was not stored",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    reason=str(encoded),
+                )
+            self.completer.ack(rj, encoded)
             if self.log_successes:
                 self.jlog.info(
                     "job succeeded",

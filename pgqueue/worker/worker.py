@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
@@ -77,7 +78,7 @@ class Worker:
         name = signal.Signals(signum).name
         if self.signals == 1:
             log.info(
-                "shutting down: finishing running jobs",
+                "shutting down: finishing running jobs (press Ctrl-C again to force)",
                 signal=name,
                 timeout_seconds=self.settings.shutdown_timeout,
             )
@@ -136,6 +137,8 @@ class Worker:
         log.info(
             "worker started",
             worker_id=settings.worker_id,
+            database=describe_target(app.dsn),
+            schema=app.schema,
             queues=list(settings.queues) if settings.queues else "all",
             concurrency=settings.concurrency,
             batch_size=settings.batch_size,

@@ -16,7 +16,7 @@ DROP FUNCTION {schema}.reap_jobs(integer, timestamptz);
 DROP FUNCTION {schema}.extend_jobs(bigint[], bigint[], float8[], timestamptz);
 DROP FUNCTION {schema}.release_jobs(bigint[], bigint[], timestamptz);
 DROP FUNCTION {schema}.fail_jobs(bigint[], bigint[], text[], timestamptz[], float8[], boolean[], text[], text[], text[], timestamptz);
-DROP FUNCTION {schema}.ack_jobs(bigint[], bigint[], jsonb[], timestamptz);
+DROP FUNCTION {schema}.ack_jobs(bigint[], bigint[], jsonb[], timestamptz, text[]);
 
 ALTER TABLE {schema}.jobs
     DROP CONSTRAINT jobs_run_at_range,

@@ -661,7 +661,8 @@ $$;
 -- they ran); the statement of job_ack_many before this revision. Returns the
 -- (job, attempt) pairs that still held their lease.
 CREATE FUNCTION {schema}.ack_jobs(
-    p_job_ids bigint[], p_attempt_ids bigint[], p_results jsonb[], p_now timestamptz DEFAULT NULL
+    p_job_ids bigint[], p_attempt_ids bigint[], p_results jsonb[], p_now timestamptz DEFAULT NULL,
+    p_result_errors text[] DEFAULT NULL
 ) RETURNS TABLE (job_id bigint, attempt_id bigint)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -675,14 +676,18 @@ WITH clock AS MATERIALIZED (
     SELECT CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($4), now()) END AS now
 ), done AS (
     SELECT * FROM unnest($1, $2,
-                         coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
-        AS d(job_id, attempt_id, result)
+                         coalesce($3, array_fill(NULL::jsonb, ARRAY[cardinality($1)])),
+                         coalesce($5, array_fill(NULL::text, ARRAY[cardinality($1)])))
+        AS d(job_id, attempt_id, result, result_error)
 ), finished AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::{schema}.job_status,
         finished_at = (SELECT now FROM clock),
         lease_expires_at = NULL,
-        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END
+        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END,
+        -- A result that could not be stored: result NULL, the reason in last_error.
+        last_error = CASE WHEN j.cancel_requested THEN j.last_error
+                          ELSE coalesce(d.result_error, j.last_error) END
     FROM done d
     WHERE j.id = ANY ($1)
       AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
@@ -702,7 +707,7 @@ WITH clock AS MATERIALIZED (
           WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified
-$q$ USING p_job_ids, p_attempt_ids, p_results, p_now;
+$q$ USING p_job_ids, p_attempt_ids, p_results, p_now, p_result_errors;
 END;
 $$;
 

@@ -21,9 +21,10 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- name: job_ack_many
 -- Finish leased jobs successfully (cancelled if a cancel was requested while
 -- they ran). Returns the (id, attempt_id) pairs that still held their lease.
+-- A result that could not be stored leaves result NULL and says why in last_error.
 SELECT job_id, attempt_id
 FROM {schema}.ack_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[],
-                       %(now)s::timestamptz);
+                       %(now)s::timestamptz, %(result_errors)s::text[]);
 
 -- name: job_fail_many
 -- Record failed attempts: requeue with the given retry time or the job's
