@@ -224,8 +224,9 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     definers = {name for name, (definer, _, _) in functions.items() if definer}
     # 0005: every change a producer or worker makes goes through a definer function.
     assert definers == {
-        "enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed", "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs",
-        "extend_jobs", "reap_jobs", "watch_job", "fire_schedules", "register_periodic",
+        "enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed",
+        "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs", "reap_jobs",
+        "watch_job", "fire_schedules", "register_periodic",
         "lease", "ack", "ack_many", "fail", "nack", "extend", "job_status",
     }  # fmt: skip
     for name in definers:
