@@ -27,8 +27,25 @@ DECLARE
                      JOIN pg_namespace n ON n.oid = c.relnamespace
                      JOIN pg_roles r ON r.oid = n.nspowner
                      WHERE c.oid = '{schema}.jobs'::regclass);
+    v_fn    regprocedure;
+    v_rel   regclass;
 BEGIN
     IF v_owner <> current_user AND pg_has_role(current_user, v_owner, 'MEMBER') THEN
+        -- Objects an earlier revision created while a member migrated go to the owner too.
+        FOR v_fn IN
+            SELECT p.oid::regprocedure FROM pg_proc p
+            JOIN pg_class c ON c.relnamespace = p.pronamespace AND c.oid = '{schema}.jobs'::regclass
+            WHERE p.proowner = current_user::regrole
+        LOOP
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %I', v_fn, v_owner);
+        END LOOP;
+        FOR v_rel IN
+            SELECT r.oid::regclass FROM pg_class r
+            JOIN pg_class c ON c.relnamespace = r.relnamespace AND c.oid = '{schema}.jobs'::regclass
+            WHERE r.relowner = current_user::regrole AND r.relkind IN ('r', 'S', 'v')
+        LOOP
+            EXECUTE format('ALTER TABLE %s OWNER TO %I', v_rel, v_owner);
+        END LOOP;
         EXECUTE format('SET LOCAL ROLE %I', v_owner);
     END IF;
 END;
