@@ -78,6 +78,7 @@ QueryName = Literal[
     "queue_delete",
     "schema_summary",
     "schema_drop",
+    "job_became_due",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -33,6 +33,7 @@ from pgqueue_cli import (
     status,
     uninstall,
 )
+from pgqueue_cli import watch as watch_command
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, one_line
 
@@ -70,6 +71,13 @@ def main(
     schema: Annotated[
         str, typer.Option(help="Schema holding pgqueue's tables.", envvar="PGQUEUE_SCHEMA")
     ] = "pgqueue",
+    pooler: Annotated[
+        str | None,
+        typer.Option(
+            help="session or transaction: the PgBouncer pool mode in front of PostgreSQL.",
+            envvar="PGQUEUE_POOLER",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -91,6 +99,7 @@ def main(
     """
     state.dsn = dsn
     state.schema = schema
+    state.pooler = pooler
 
 
 @app.command()
@@ -232,6 +241,7 @@ app.add_typer(schedule.app)
 app.command()(grant.grant)
 app.command()(uninstall.uninstall)
 app.command()(dev.dev)
+app.command()(watch_command.watch)
 
 
 def run() -> None:

@@ -3,13 +3,13 @@ DEFINER functions (also the SQL worker API), bounded reaper/completer
 arithmetic, lease cost independent of idle queues, recorded grants.
 
 Revision ID: 0005
-Revises: 0007 (it landed on main first)
+Revises: 0009 (0007 and 0009 landed on main first)
 """
 
 from pgqueue.migrate import run_migration_file
 
 revision = "0005"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -29,7 +29,8 @@ UPDATE {schema}.schedules SET max_attempts = NULL WHERE max_attempts = 0;
 ALTER TABLE {schema}.schedules ADD CONSTRAINT schedules_max_attempts_check CHECK (max_attempts > 0);
 DROP TABLE {schema}.periodic_schedules;
 
--- The 0001 definitions (with the settings of 0003 and 0004).
+-- The definitions before 0005 (0001's, with the settings of 0003 and 0004,
+-- and 0009's enqueue_rows and enqueue_batch).
 CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
 RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
 LANGUAGE sql AS $$
@@ -51,18 +52,20 @@ LANGUAGE sql AS $$
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
         DO NOTHING
-        RETURNING j.id, j.queue
+        RETURNING j.id, j.queue, j.status
     ),
-    new_queues AS (
-        SELECT DISTINCT queue FROM inserted
+    per_queue AS (
+        SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+               min(d.id) AS job_id
+        FROM inserted d GROUP BY d.queue
     ),
     registered AS (
-        INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+        INSERT INTO {schema}.queues (name) SELECT p.queue FROM per_queue p
         ON CONFLICT (name) DO NOTHING
     ),
-    -- Scheduled jobs notify too: idle workers recompute when to wake up.
     notified AS (
-        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n FROM new_queues n
+        SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
+        FROM per_queue p
     )
     SELECT i.ord, d.id, i.queue, i.dedup_key
     FROM input i
@@ -113,7 +116,13 @@ $$;
 
 CREATE OR REPLACE FUNCTION {schema}.enqueue_batch(p_jobs jsonb)
 RETURNS TABLE (job_id bigint, created boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = auto
+SET enable_seqscan = off
+SET jit = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_jobs    jsonb := p_jobs;
@@ -143,17 +152,20 @@ BEGIN
                    i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
                    i.backoff_jitter
             FROM {schema}.enqueue_input(v_jobs) i
-            RETURNING j.id, j.queue
+            RETURNING j.id, j.queue, j.status
         ),
-        new_queues AS (
-            SELECT DISTINCT queue FROM inserted
+        per_queue AS (
+            SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+                   min(d.id) AS job_id
+            FROM inserted d GROUP BY d.queue
         ),
         registered AS (
-            INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+            INSERT INTO {schema}.queues (name) SELECT p.queue FROM per_queue p
             ON CONFLICT (name) DO NOTHING
         ),
         notified AS (
-            SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n FROM new_queues q
+            SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
+            FROM per_queue p
         )
         SELECT d.id, true FROM inserted d CROSS JOIN notified ORDER BY d.id;
         RETURN;

@@ -237,7 +237,8 @@ LANGUAGE sql STABLE AS $$
         coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576)) END
 $$;
 
--- As in 0001, with every job validated before the first id is drawn.
+-- As in 0009 (0001 with its notifications), with every job validated before
+-- the first id is drawn.
 CREATE OR REPLACE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL)
 RETURNS TABLE (ord bigint, job_id bigint, queue text, dedup_key text)
 LANGUAGE sql AS $$
@@ -260,18 +261,20 @@ LANGUAGE sql AS $$
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
         DO NOTHING
-        RETURNING j.id, j.queue
+        RETURNING j.id, j.queue, j.status
     ),
-    new_queues AS (
-        SELECT DISTINCT queue FROM inserted
+    per_queue AS (
+        SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+               min(d.id) AS job_id
+        FROM inserted d GROUP BY d.queue
     ),
     registered AS (
-        INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+        INSERT INTO {schema}.queues (name) SELECT p.queue FROM per_queue p
         ON CONFLICT (name) DO NOTHING
     ),
-    -- Scheduled jobs notify too: idle workers recompute when to wake up.
     notified AS (
-        SELECT count(pg_notify({channel}, 'j:' || n.queue)) AS n FROM new_queues n
+        SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
+        FROM per_queue p
     )
     SELECT i.ord, d.id, i.queue, i.dedup_key
     FROM input i
@@ -356,7 +359,7 @@ BEGIN
 END;
 $$;
 
--- As in 0001 (with 0003's and 0004's settings), plus the quota check.
+-- As in 0009, plus the shape checks, validation before ids and the quota check.
 CREATE OR REPLACE FUNCTION {schema}.enqueue_batch(p_jobs jsonb)
 RETURNS TABLE (job_id bigint, created boolean)
 LANGUAGE plpgsql
@@ -390,6 +393,8 @@ BEGIN
     END IF;
 
     IF NOT v_dedup THEN
+        -- Nothing can conflict: one plain insert. Ids are drawn from the
+        -- sequence in input order, so sorted ids are in input order too.
         RETURN QUERY
         WITH inserted AS (
             INSERT INTO {schema}.jobs AS j (
@@ -404,17 +409,20 @@ BEGIN
             -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
             -- scan is already ordered on ord, which would skip the sort.)
             FROM (SELECT * FROM {schema}.enqueue_input(v_jobs) v ORDER BY v.ord + 0 OFFSET 0) i
-            RETURNING j.id, j.queue
+            RETURNING j.id, j.queue, j.status
         ),
-        new_queues AS (
-            SELECT DISTINCT queue FROM inserted
+        per_queue AS (
+            SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
+                   min(d.id) AS job_id
+            FROM inserted d GROUP BY d.queue
         ),
         registered AS (
-            INSERT INTO {schema}.queues (name) SELECT queue FROM new_queues
+            INSERT INTO {schema}.queues (name) SELECT p.queue FROM per_queue p
             ON CONFLICT (name) DO NOTHING
         ),
         notified AS (
-            SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n FROM new_queues q
+            SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
+            FROM per_queue p
         )
         SELECT d.id, true FROM inserted d CROSS JOIN notified ORDER BY d.id;
         PERFORM {schema}.check_quotas(v_jobs);
@@ -424,6 +432,8 @@ BEGIN
     SELECT array_agg(ROW(e.ord, e.job_id, e.job_id IS NOT NULL, e.queue, e.dedup_key)::{schema}.enqueued)
     INTO v_rows FROM {schema}.enqueue_rows(v_jobs) e;
     FOR attempt IN 1..10 LOOP
+        -- A new statement, so a new snapshot: it sees the live duplicate that
+        -- made the insert skip (committed before, or inserted by this batch).
         SELECT array_agg(ROW(r.ord, coalesce(r.job_id, live.id), r.created, r.queue,
                              r.dedup_key)::{schema}.enqueued)
         INTO v_rows
@@ -440,6 +450,7 @@ BEGIN
             RETURN QUERY SELECT r.job_id, r.created FROM unnest(v_rows) r ORDER BY r.ord;
             RETURN;
         END IF;
+        -- The live duplicate finished in between: enqueue those after all.
         SELECT array_agg(ROW(r.ord, coalesce(r.job_id, e.job_id),
                              r.created OR e.job_id IS NOT NULL, r.queue, r.dedup_key)::{schema}.enqueued)
         INTO v_rows
@@ -718,9 +729,10 @@ WITH clock AS MATERIALIZED (
     FROM finished f WHERE f.status = 'cancelled'
 ), notified AS (
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || f.id AS payload FROM finished f WHERE f.notify_finish
+    FROM (SELECT 'f:' || f.id || ':' || f.status || ':' || f.queue AS payload
+          FROM finished f WHERE f.notify_finish
           UNION
-          SELECT DISTINCT 'j:' || f.queue FROM finished f
+          SELECT DISTINCT 'w:' || f.queue FROM finished f
           WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified
@@ -798,12 +810,17 @@ WITH clock AS MATERIALIZED (
            d.error_code, d.error_message, d.traceback
     FROM decided d
 ), notified AS (
+    -- Finished: tell result() waiters. Retried now: new ready work; retried
+    -- later or a freed slot: the queue's workers recompute when to wake.
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || d.job_id AS payload FROM decided d
+    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+          FROM decided d JOIN updated u ON u.id = d.job_id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
-          SELECT DISTINCT 'j:' || u.queue FROM updated u
-          WHERE u.status IN ('queued', 'scheduled')
+          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'queued'
+          UNION
+          SELECT DISTINCT 'w:' || u.queue FROM updated u
+          WHERE u.status = 'scheduled'
              OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified
@@ -938,10 +955,11 @@ WITH clock AS MATERIALIZED (
     FROM decided d
 ), notified AS (
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || d.id AS payload FROM decided d
+    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+          FROM decided d JOIN updated u ON u.id = d.id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
-          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
+          SELECT DISTINCT 'w:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
 )
 SELECT u.id, u.status::text FROM updated u CROSS JOIN notified
 $q$ USING p_limit, p_now;
