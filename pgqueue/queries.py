@@ -62,6 +62,7 @@ QueryName = Literal[
     "schedule_run_now",
     "schedule_due",
     "schedule_fire_many",
+    "schedule_register_periodic",
     "job_dead_count",
     "table_vacuum_analyze",
     "health_server",

@@ -120,7 +120,10 @@ def scalar(dsn: str, query: str, params: Any = None) -> Any:
 def test_statements_quote_every_name() -> None:
     text = [s.as_string() for s in grant_statements('we"ird ro;le', "worker", "my_schema")]
     assert text[0] == 'GRANT USAGE ON SCHEMA "my_schema" TO "we""ird ro;le"'
-    assert all(t.endswith(' TO "we""ird ro;le"') for t in text)
+    assert all(t.endswith(' TO "we""ird ro;le"') for t in text if t.startswith("GRANT"))
+    assert all(t.endswith(' FROM "we""ird ro;le"') for t in text if t.startswith("REVOKE"))
+    assert text[-1].startswith('INSERT INTO "my_schema"."role_grants"')
+    assert "'we\"ird ro;le'" in text[-1]
     assert any('"my_schema"."jobs"' in t for t in text)
 
 
@@ -219,7 +222,19 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert functions["enqueue_windowed"] == (True, pinned, False)
     assert functions["dedup_claim"] == (False, None, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
-    assert definers == {"enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed"}
+    # 0005: every change a producer or worker makes goes through a definer function.
+    assert definers == {
+        "enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed",
+        "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs", "reap_jobs",
+        "watch_job", "fire_schedules", "register_periodic",
+        "lease", "ack", "ack_many", "fail", "nack", "extend", "job_status",
+        # 0006: workers publish their tasks.
+        "publish_tasks",
+    }  # fmt: skip
+    for name in definers:
+        assert functions[name][1][0] == pinned[0], name
+    # Nothing is executable by PUBLIC any more.
+    assert not any(public for _, _, public in functions.values())
 
 
 def test_a_producer_cannot_hijack_the_definer_functions(
@@ -346,12 +361,17 @@ def test_producer_is_refused_everything_else(app: pgqueue.App, db_dsn: str, role
             "UPDATE pgqueue.queues SET paused = true",
             "SELECT * FROM pgqueue.workers",
             "DELETE FROM pgqueue.alembic_version",
+            # 0005: not even notify_finish, nor a row lock that would stall leases.
+            f"UPDATE pgqueue.jobs SET notify_finish = true WHERE id = {job_id}",
+            "SELECT id FROM pgqueue.jobs FOR UPDATE",
+            "SELECT id FROM pgqueue.jobs FOR SHARE",
         ],
         db_dsn,
     )
-    # The one column a producer may write: asking to be told when a job ends.
+    # Asking to be told when a job ends goes through a function.
     with psycopg.connect(producer.dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgqueue.jobs SET notify_finish = true WHERE id = %s", (job_id,))
+        row = conn.execute("SELECT pgqueue.watch_job(%s)", (job_id,)).fetchone()
+        assert row == ("running",)
 
 
 def test_a_role_without_grants_is_told_what_to_run(db_dsn: str, roles: Roles) -> None:
@@ -377,7 +397,7 @@ def test_worker_role_runs_a_worker(
             owner.enqueue("spawn", {"n": 7}, queue="lp").job_id,
         ]
     worker = workers.spawn(
-        "--concurrency", "4", "--reap-interval", "0.5",
+        "--concurrency", "4", "--reap-interval", "0.5s",
         app="tests.apps.least_privilege:app", dsn=worker_role.dsn,
     )  # fmt: skip
     worker.wait_registered()
@@ -593,3 +613,49 @@ def test_migrate_command_as_a_worker_is_a_one_line_error(db_dsn: str, roles: Rol
         "permission denied for table",
         f"pgqueue grant --role {worker_role.name}",
     )
+
+
+def test_a_worker_role_keeps_the_task_registry_through_definer_functions(
+    app: pgqueue.App, db_dsn: str, roles: Roles
+) -> None:
+    from pgqueue.ops import tasks as task_ops
+    from tests.apps.registry import build_app
+
+    worker = roles.create(db_dsn, kind="worker")
+    with build_app(worker.dsn) as worker_app:
+        worker_app.database.run(task_ops.publish(list(worker_app.tasks.values()), "w-role"))
+        assert worker_app.database.run(task_ops.all_settings()) == {}
+    with psycopg.connect(db_dsn) as conn:
+        published = conn.execute("SELECT name, published_by FROM pgqueue.tasks").fetchall()
+    assert published
+    assert {by for _, by in published} == {"w-role"}
+    # Leasing a limited task (its settings row locked, its leases logged) as the worker.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgqueue.task_settings (name, concurrency_limit, rate_limit, rate_period)"
+            " VALUES ('limited', 1, 5, interval '1 minute')"
+        )
+    app.enqueue("limited", {})
+    app.enqueue("limited", {})
+    with psycopg.connect(worker.dsn, autocommit=True) as conn:
+        leased = conn.execute("SELECT job_id FROM pgqueue.lease(NULL, 'w-role', 10)").fetchall()
+        assert len(leased) == 1
+        # No direct writes to the registry, settings or lease log.
+        for statement in (
+            "INSERT INTO pgqueue.tasks (name, queue) VALUES ('evil', 'default')",
+            "UPDATE pgqueue.task_settings SET concurrency_limit = 100",
+            "DELETE FROM pgqueue.task_lease_log",
+            "SELECT name FROM pgqueue.task_settings FOR UPDATE",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+        # What it publishes is checked like a job.
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="queue"):
+            conn.execute(
+                "SELECT pgqueue.publish_tasks('w-role', ARRAY['t'], ARRAY['bad queue!'],"
+                " ARRAY[0]::smallint[], ARRAY[5], ARRAY[60], ARRAY[NULL::float8],"
+                " ARRAY[1::real], ARRAY[2::real], ARRAY[60::real], ARRAY[0.1::real])"
+            )
+    with psycopg.connect(db_dsn) as conn:
+        logged = conn.execute("SELECT count(*) FROM pgqueue.task_lease_log").fetchone()
+    assert logged == (1,)

@@ -281,3 +281,35 @@ def test_lost_worker_stops_failing_check_once_its_jobs_were_reaped(
     assert app.forget_worker("gone")
     assert [w.id for w in app.list_workers()] == ["alive"]
     assert app.database.run(task_ops.prune_lost(0)) == []
+
+
+def test_sql_worker_api_fail_honours_unlimited_and_live_max_attempts(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+
+        def fail_once(job_id: int) -> str:
+            leased = conn.execute(
+                "SELECT job_id, attempt_id FROM pgqueue.lease(NULL, 'sql-w', 1)"
+            ).fetchone()
+            assert leased is not None
+            assert leased[0] == job_id
+            status = conn.execute(
+                "SELECT pgqueue.fail(%s, %s, 'boom', retry_at => now())", leased
+            ).fetchone()
+            assert status is not None
+            return str(status[0])
+
+        forever = app.enqueue("sql_forever", {}, max_attempts=0).job_id
+        assert [fail_once(forever) for _ in range(6)] == ["queued"] * 6
+        conn.execute("UPDATE pgqueue.jobs SET status = 'cancelled' WHERE id = %s", (forever,))
+
+        # An operator's live max_attempts wins over the job's: 0 (unlimited), then 4.
+        capped = app.enqueue("sql_capped", {}, max_attempts=1).job_id
+        conn.execute(
+            "INSERT INTO pgqueue.task_settings (name, max_attempts) VALUES ('sql_capped', 0)"
+        )
+        assert [fail_once(capped) for _ in range(3)] == ["queued"] * 3
+        conn.execute("UPDATE pgqueue.task_settings SET max_attempts = 4 WHERE name = 'sql_capped'")
+        assert fail_once(capped) == "dead"
+    assert app.get_job(capped).attempts == 4

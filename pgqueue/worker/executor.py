@@ -136,7 +136,7 @@ class Executor:
         self.running[job.job_id] = rj
         if task is None:
             # Handed back for a worker that knows the task (a rolling deploy);
-            # dead-lettered only after the grace period (see job_fail_many).
+            # dead-lettered only after the grace period (see fail_jobs, 0006).
             self._record_failure(
                 rj,
                 Failure(

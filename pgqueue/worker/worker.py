@@ -55,6 +55,7 @@ class Worker:
         self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
         self.threads_left = 0  # sync tasks still running when the worker stopped
+        self._confirm_cancel: Callable[[int], None] | None = None  # the heartbeat's, once running
         self.fatal: BaseException | None = None  # what stopped the worker, if not a request
 
     def request_stop(self) -> None:
@@ -118,6 +119,7 @@ class Worker:
             self.stopped,
             lambda: settings.listen and listener.connected.is_set(),
         )
+        self._confirm_cancel = heartbeat.confirm_cancel
         await self._register(heartbeat)
         background = [
             self._supervise("heartbeat", heartbeat.run),
@@ -259,10 +261,15 @@ class Worker:
                 registry.refresh_soon(self.app)
                 producer.wake.set()
             elif kind == "c":
+                # Anyone who may connect can NOTIFY: a cancel notice is only a
+                # hint to ask the database at once (the heartbeat confirms
+                # cancel_requested before stopping the task).
                 try:
-                    executor.cancel(int(value))
+                    job_id = int(value)
                 except ValueError:
-                    pass
+                    return
+                if self._confirm_cancel is not None:
+                    self._confirm_cancel(job_id)
 
         return dispatch
 

@@ -3,20 +3,10 @@
 
 -- name: task_publish
 -- A worker publishes the tasks it runs: name, declared queue and defaults.
-INSERT INTO {schema}.tasks AS t
-    (name, queue, priority, max_attempts, lease_seconds, timeout_seconds, backoff, published_by)
-SELECT p.name, p.queue, p.priority, p.max_attempts, p.lease_seconds, p.timeout_seconds,
-       ARRAY[p.b1, p.b2, p.b3, p.b4]::real[], %(worker_id)s
-FROM unnest(%(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
-            %(max_attempts)s::integer[], %(lease_seconds)s::integer[],
-            %(timeouts)s::float8[], %(b1)s::real[], %(b2)s::real[], %(b3)s::real[],
-            %(b4)s::real[])
-    AS p(name, queue, priority, max_attempts, lease_seconds, timeout_seconds, b1, b2, b3, b4)
-ORDER BY p.name
-ON CONFLICT (name) DO UPDATE
-SET queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-    lease_seconds = EXCLUDED.lease_seconds, timeout_seconds = EXCLUDED.timeout_seconds,
-    backoff = EXCLUDED.backoff, published_by = EXCLUDED.published_by, last_seen_at = now();
+SELECT {schema}.publish_tasks(
+    %(worker_id)s, %(names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+    %(max_attempts)s::integer[], %(lease_seconds)s::integer[], %(timeouts)s::float8[],
+    %(b1)s::real[], %(b2)s::real[], %(b3)s::real[], %(b4)s::real[]);
 
 -- name: task_settings_all
 -- Every operator setting (the worker's cache of live settings).
