@@ -37,6 +37,7 @@ from pgqueue.errors import (
 )
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
+    ArchiveLayout,
     Attempt,
     AttemptOutcome,
     Enqueued,
@@ -55,6 +56,7 @@ from pgqueue.version import __version__
 
 __all__ = [
     "App",
+    "ArchiveLayout",
     "Attempt",
     "AttemptOutcome",
     "Backoff",

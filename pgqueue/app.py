@@ -19,6 +19,7 @@ from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption
 from pgqueue.health import HealthReport, HealthSettings
 from pgqueue.models import (
+    ArchiveLayout,
     Enqueued,
     Job,
     JobSpec,
@@ -38,6 +39,7 @@ from pgqueue.ops import (
     enqueue,
     inspect,
     maintenance,
+    partitions,
     schedules,
 )
 from pgqueue.ops import health as health_ops
@@ -727,6 +729,31 @@ class App:
         """Async twin of :meth:`vacuum`."""
         async with await self.database.connect_async() as conn:
             return await self.database.run_async(maintenance.vacuum(self.schema), conn)
+
+    def partition_archive(self, period: str = "day") -> ArchiveLayout:
+        """Range-partition the archive by finish time, one partition per
+        ``period`` (``"day"``, ``"week"`` or ``"month"``), online: reads and
+        archive runs go on. ``prune`` then drops whole partitions instead of
+        deleting rows. A no-op when already partitioned by that period. Runs
+        as the schema's owner (or ``pgqueue grant --admin``), on a dedicated
+        autocommit connection (one step builds an index CONCURRENTLY)."""
+        with self.database.connect() as conn:
+            layout, _ = self.database.run(partitions.partition_archive(period), conn)
+        return layout
+
+    async def partition_archive_async(self, period: str = "day") -> ArchiveLayout:
+        """Async twin of :meth:`partition_archive`."""
+        async with await self.database.connect_async() as conn:
+            layout, _ = await self.database.run_async(partitions.partition_archive(period), conn)
+        return layout
+
+    def archive_layout(self) -> ArchiveLayout:
+        """Whether the archive is partitioned, by which period, in how many partitions."""
+        return self.database.run(partitions.layout())
+
+    async def archive_layout_async(self) -> ArchiveLayout:
+        """Async twin of :meth:`archive_layout`."""
+        return await self.database.run_async(partitions.layout())
 
     def check(
         self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5

@@ -179,3 +179,16 @@ class TableVacuum:
     dead_tuples_before: int
     dead_tuples_after: int
     total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveLayout:
+    """How ``jobs_archive`` is laid out (:meth:`pgqueue.App.archive_layout`):
+    range-partitioned by finish time or a plain table, the period of a
+    partition, how many partitions, and the upper bound of the partition that
+    holds what was archived before the conversion (None once it was pruned)."""
+
+    partitioned: bool
+    period: str | None
+    partitions: int
+    legacy_upper: datetime | None

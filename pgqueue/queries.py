@@ -68,6 +68,13 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
+    "archive_partitioning_get",
+    "archive_partitions_for_archive",
+    "archive_partitions_drop",
+    "archive_partition_prepare",
+    "archive_partition_validate",
+    "archive_partition_index",
+    "archive_partition_switch",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -214,7 +214,17 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert "search_path" not in " ".join(config[1:])
     assert functions["enqueue_rows"] == (False, None, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
-    assert definers == {"enqueue", "enqueue_batch"}
+    # 0010: the partitioned archive's functions create and drop tables as the owner.
+    archive = {
+        "archive_partitions_ensure",
+        "archive_partitions_drop",
+        "archive_partition_prepare",
+        "archive_partition_switch",
+    }
+    assert definers == {"enqueue", "enqueue_batch"} | archive
+    for name in archive:
+        definer, config, public = functions[name]
+        assert (config[-1:], public) == (pinned, False), name
 
 
 def test_a_producer_cannot_hijack_the_definer_functions(

@@ -18,7 +18,7 @@ import typer
 import pgqueue
 from pgqueue.errors import PgQueueError
 from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
-from pgqueue_cli.context import state
+from pgqueue_cli.context import open_app, state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
 app = typer.Typer(
@@ -77,6 +77,20 @@ def migrate(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the SQL for a DBA instead of running it.")
     ] = False,
+    partitioned_archive: Annotated[
+        bool,
+        typer.Option(
+            "--partitioned-archive",
+            help="Also range-partition the archive by finish time, online (prune then drops "
+            "whole partitions). Idempotent.",
+        ),
+    ] = False,
+    partition_period: Annotated[
+        str,
+        typer.Option(
+            "--partition-period", help="With --partitioned-archive: day, week or month."
+        ),
+    ] = "day",
 ) -> None:
     """Create or upgrade the pgqueue schema (idempotent).
 
@@ -85,12 +99,28 @@ def migrate(
       pgqueue --dsn postgresql://localhost/app migrate
 
       pgqueue --schema jobs migrate --sql > pgqueue.sql
+
+      pgqueue migrate --partitioned-archive --partition-period week
     """
     from pgqueue.migrate import upgrade
+    from pgqueue.ops.partitions import period_name
 
+    if partitioned_archive and sql:
+        fail("--partitioned-archive converts a live table in steps and has no --sql form")
+    period = period_name(partition_period)
     upgrade(state.dsn, state.schema, sql=sql)
-    if not sql:
-        typer.echo(f'schema "{state.schema}" is up to date')
+    if sql:
+        return
+    typer.echo(f'schema "{state.schema}" is up to date')
+    if partitioned_archive:
+        with open_app() as queue_app:
+            before = queue_app.archive_layout()
+            layout = queue_app.partition_archive(period)
+        done = "is" if before.partitioned else "is now"
+        typer.echo(
+            f"the archive {done} partitioned by {layout.period} "
+            f"({layout.partitions} partition{'s' if layout.partitions != 1 else ''})"
+        )
 
 
 def load_app(path: str) -> pgqueue.App:

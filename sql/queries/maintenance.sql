@@ -125,4 +125,4 @@ ORDER BY s.relname;
 -- pgqueue/ops/maintenance.py lists the same; a test keeps them equal to the
 -- schema). VACUUM refuses a transaction block: autocommit connections only.
 VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
-    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules;
+    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.archive_partitioning;
