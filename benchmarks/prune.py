@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nprune of {plain['pruned_rows']:,} of {args.rows:,} archived jobs (older than "
         f"{args.days // 2}d of {args.days}d):\n"
-        f"  plain table  {plain['prune_seconds']:>9.3f} s  {plain['prune_wal_bytes']:>14,} WAL bytes\n"
-        f"  partitioned  {parts['prune_seconds']:>9.3f} s  {parts['prune_wal_bytes']:>14,} WAL bytes\n"
+        f"  plain table  {plain['prune_seconds']:>9.3f} s  {plain['prune_wal_bytes']:>14,} WAL B\n"
+        f"  partitioned  {parts['prune_seconds']:>9.3f} s  {parts['prune_wal_bytes']:>14,} WAL B\n"
         f"  ratio        {plain['prune_seconds'] / max(parts['prune_seconds'], 1e-9):>9.0f}x"
         f"  {plain['prune_wal_bytes'] / max(parts['prune_wal_bytes'], 1):>14,.0f}x",
         file=sys.stderr,
