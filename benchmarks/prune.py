@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import pgqueue
-from benchmarks.common import DB_PREFIX, DEFAULT_DSN
+from benchmarks.common import DEFAULT_DSN
 from benchmarks.db import Server
 
 FILL = """
@@ -32,7 +32,8 @@ FROM (SELECT i, now() - %(span)s::interval * i / %(rows)s AS f
 
 
 def measure(server: Server, layout: str, rows: int, days: int) -> dict[str, Any]:
-    name = f"{DB_PREFIX}prune_{layout}"
+    # not DB_PREFIX: `python -m benchmarks` drops stale databases of that prefix
+    name = f"pgqprune_{layout}"
     dsn = server.create_db(name)
     try:
         with pgqueue.App(dsn=dsn) as app:
