@@ -7,6 +7,7 @@ async twin on an ``AsyncConnectionPool``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -14,9 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 
 from pgqueue import health, validation
-from pgqueue.config import resolve_dsn
+from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
+from pgqueue.config import resolve_dsn, resolve_listen_dsn, resolve_pooler
 from pgqueue.database import Database
-from pgqueue.errors import InvalidName, InvalidOption
+from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
@@ -27,6 +29,7 @@ from pgqueue.models import (
     LeasedJob,
     Page,
     QueueMetrics,
+    Replayed,
     Schedule,
     TableVacuum,
 )
@@ -40,18 +43,18 @@ from pgqueue.ops import (
     enqueue,
     inspect,
     maintenance,
+    operator,
     partitions,
     schedules,
 )
 from pgqueue.ops import health as health_ops
-from pgqueue.payloads import encode_result
+from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
-    import asyncio
-
+    from pgqueue.subscribe import AsyncEventStream, EventStream, Hub
     from pgqueue.worker.settings import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -69,6 +72,13 @@ class App:
     ...) are kept. Pools open on first use; ``close()`` (or ``with App(...)``)
     releases them. Set ``listen=False`` behind a transaction-mode PgBouncer:
     workers and ``result()`` then poll instead of waiting on LISTEN.
+
+    ``pooler``: ``None`` (a direct connection), ``"session"`` or
+    ``"transaction"`` (PgBouncer's pool modes; default ``PGQUEUE_POOLER``).
+    Behind a transaction pooler LISTEN cannot work through ``dsn``: workers
+    and :meth:`subscribe` LISTEN on ``listen_dsn`` (default
+    ``PGQUEUE_LISTEN_DSN``; a direct connection to PostgreSQL) when given,
+    else workers poll and :meth:`subscribe` raises ListenUnavailable.
     """
 
     def __init__(
@@ -82,13 +92,20 @@ class App:
         pool_max_size: int = 10,
         pool_timeout: float = 10.0,
         listen: bool = True,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
         clock: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.schema = validation.schema_name(schema)
         self.dsn = resolve_dsn(dsn)
         self.max_payload_bytes = validation.positive_int("max_payload_bytes", max_payload_bytes)
         self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
-        self.listen = listen
+        self.pooler = resolve_pooler(pooler)
+        # LISTEN on pooled connections (result()) needs a session of its own.
+        self.listen = listen and self.pooler != "transaction"
+        explicit_listen_dsn = resolve_listen_dsn(listen_dsn)
+        #: Where dedicated LISTEN connections go (worker, subscribe()); None: nowhere.
+        self.listen_dsn: str | None = explicit_listen_dsn or (self.dsn if self.listen else None)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
@@ -100,7 +117,15 @@ class App:
             else 0,
             max_size=validation.positive_int("pool_max_size", pool_max_size),
             timeout=validation.seconds("pool_timeout", pool_timeout, allow_zero=False),
+            transaction_pooler=self.pooler == "transaction",
         )
+        #: Dedicated LISTEN connections (the worker's listener) open through this.
+        self.listen_database = (
+            self.database
+            if self.listen_dsn in (None, self.dsn)
+            else Database(self.listen_dsn or "", self.queries, min_size=0, max_size=1)
+        )
+        self._hub: Hub | None = None
         self.op_context = OpContext(
             schema=self.schema,
             queries=self.queries,
@@ -116,11 +141,16 @@ class App:
     # --- lifecycle -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pools (they reopen on next use)."""
+        """Close the connection pools (they reopen on next use) and end every
+        subscription."""
+        if self._hub is not None:
+            self._hub.close()
         self.database.close()
 
     async def close_async(self) -> None:
         """Async twin of :meth:`close`."""
+        if self._hub is not None:
+            await asyncio.to_thread(self._hub.close)
         await self.database.close_async()
 
     def __enter__(self) -> App:
@@ -165,8 +195,8 @@ class App:
         priority: int = 0,
         max_attempts: int = 5,
         retry: Backoff = DEFAULT_BACKOFF,
-        lease_seconds: float = 60,
-        timeout: float | timedelta | None = None,
+        lease_seconds: float | str = 60,
+        timeout: float | str | timedelta | None = None,
         pass_context: bool = False,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
@@ -228,18 +258,33 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: SyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
-        in ``conn``'s transaction when given."""
+        in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
+        Connection/Session, or Django's connection). ``dedup_window``: no new
+        job if one with this dedup_key was created within that many seconds;
+        ``debounce``: postpone and update the queued job holding the key."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return self.database.run(enqueue.enqueue_one(self.op_context, spec), conn)
+        return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
     async def enqueue_async(
         self,
@@ -249,30 +294,48 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: AsyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
-        """Async twin of :meth:`enqueue`."""
+        """Async twin of :meth:`enqueue` (``conn``: an async connection or session)."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return await self.database.run_async(enqueue.enqueue_one(self.op_context, spec), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
+        )
 
     def enqueue_many(
-        self, specs: Sequence[JobSpec], *, conn: SyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Enqueue many jobs in one statement and one transaction (all or
         nothing); dedup hits return the live job's id, in input order."""
-        return self.database.run(enqueue.enqueue_many(self.op_context, specs), conn)
+        return self.database.run(
+            enqueue.enqueue_many(self.op_context, specs), sync_connection(conn)
+        )
 
     async def enqueue_many_async(
-        self, specs: Sequence[JobSpec], *, conn: AsyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Async twin of :meth:`enqueue_many`."""
-        return await self.database.run_async(enqueue.enqueue_many(self.op_context, specs), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_many(self.op_context, specs), await async_connection(conn)
+        )
 
     # --- low-level consumer API ----------------------------------------------
 
@@ -302,14 +365,16 @@ class App:
         )
 
     def ack(self, leased: LeasedJob, result: Any = None) -> None:
-        """Mark a leased job succeeded, storing ``result`` (JSON). Raises
-        LeaseLost, changing nothing, when this lease is no longer valid."""
-        value = encode_result(result, self.max_result_bytes)
+        """Mark a leased job succeeded, storing ``result`` (JSON, with the
+        encoding of :func:`pgqueue.payloads.encode_result`). Raises LeaseLost,
+        changing nothing, when this lease is no longer valid, and
+        InvalidPayload, changing nothing, for a result that cannot be stored."""
+        value = _storable_result(result, self.max_result_bytes)
         self.database.run(consume.ack_many(self.op_context, [leased], [value]))
 
     async def ack_async(self, leased: LeasedJob, result: Any = None) -> None:
         """Async twin of :meth:`ack`."""
-        value = encode_result(result, self.max_result_bytes)
+        value = _storable_result(result, self.max_result_bytes)
         await self.database.run_async(consume.ack_many(self.op_context, [leased], [value]))
 
     def ack_many(self, leased: Sequence[LeasedJob]) -> None:
@@ -418,8 +483,9 @@ class App:
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """The job's stored return value, waiting (via NOTIFY, or polling when
         the App has ``listen=False``) until it finishes; no pooled connection
-        is held while waiting. Raises JobFailed (dead), JobCancelled, or
-        ResultTimeout."""
+        is held while waiting. Raises JobFailed (dead), JobCancelled,
+        ResultTimeout, or ResultNotStored (it succeeded, but its return value
+        could not be stored)."""
         return self.database.run_released(self._result_op(job_id, timeout))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
@@ -444,15 +510,57 @@ class App:
         """Async twin of :meth:`cancel`."""
         return await self.database.run_async(admin.cancel(job_id))
 
-    def replay(self, job_id: int, queue: str | None = None, run_at: datetime | None = None) -> int:
-        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns the new id."""
-        return self.database.run(admin.replay(job_id, queue, run_at))
+    def cancel_many(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Cancel up to ``limit`` live jobs in one short statement, chosen by
+        ``job_ids`` and/or the filters (``statuses``: queued, scheduled,
+        running; running ones are asked to stop); returns the ids. Call again
+        until it returns fewer than ``limit``."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in self.database.run(operator.cancel_batch(params))]
+
+    async def cancel_many_async(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Async twin of :meth:`cancel_many`."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in await self.database.run_async(operator.cancel_batch(params))]
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete a queue and its settings (pause, limits); refused with
+        InvalidJobState while it holds live or dead jobs."""
+        self.database.run(operator.delete_queue(queue))
+
+    async def delete_queue_async(self, queue: str) -> None:
+        """Async twin of :meth:`delete_queue`."""
+        await self.database.run_async(operator.delete_queue(queue))
+
+    def replay(
+        self, job_id: int, queue: str | None = None, run_at: datetime | None = None
+    ) -> Replayed:
+        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns
+        the new id as a :class:`Replayed` (an int with ``job_id`` and
+        ``replayed_from``, the fields of ``pgqueue jobs replay --json``)."""
+        return Replayed(self.database.run(admin.replay(job_id, queue, run_at)), job_id)
 
     async def replay_async(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
-    ) -> int:
+    ) -> Replayed:
         """Async twin of :meth:`replay`."""
-        return await self.database.run_async(admin.replay(job_id, queue, run_at))
+        return Replayed(await self.database.run_async(admin.replay(job_id, queue, run_at)), job_id)
 
     def requeue_dead(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""
@@ -778,6 +886,54 @@ class App:
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         return await health.run_async(self.database, health_ops.check(self.op_context, settings))
 
+    # --- event stream -------------------------------------------------------------
+
+    def subscribe(
+        self, queues: str | Sequence[str] | None = None, *, buffer: int = 1000
+    ) -> EventStream:
+        """Stream :class:`pgqueue.JobEvent` hints from LISTEN/NOTIFY::
+
+            with app.subscribe(queues=["mail"]) as events:
+                for ev in events:          # or events.get(timeout=5)
+                    ...                    # re-read the state ev points at
+
+        ``queues``: only events of these queues (None: all; ``resync`` always
+        comes). All subscriptions of an App share one LISTEN connection. A
+        consumer that falls ``buffer`` events behind gets one ``resync``
+        instead of the backlog. Raises ListenUnavailable behind a
+        transaction-mode pooler without ``listen_dsn``."""
+        from pgqueue.subscribe import EventStream, buffer_size, queue_filter
+
+        return EventStream(self._event_hub(), queue_filter(queues), buffer_size(buffer))
+
+    def subscribe_async(
+        self, queues: str | Sequence[str] | None = None, *, buffer: int = 1000
+    ) -> AsyncEventStream:
+        """Async twin of :meth:`subscribe`: ``async with app.subscribe_async() as
+        events: async for ev in events: ...`` (or ``await events.get(timeout=5)``)."""
+        from pgqueue.subscribe import AsyncEventStream, buffer_size, queue_filter
+
+        return AsyncEventStream(self._event_hub(), queue_filter(queues), buffer_size(buffer))
+
+    def _event_hub(self) -> Hub:
+        from pgqueue.subscribe import Hub
+
+        if self._hub is None:
+            self._hub = Hub(
+                self.listen_dsn,
+                self.queries,
+                self.listen_database.translate,
+                "cannot LISTEN: "
+                + (
+                    "a transaction-mode pooler (pooler='transaction') does not keep "
+                    "LISTEN; pass listen_dsn= (or set PGQUEUE_LISTEN_DSN) to a direct "
+                    "connection to PostgreSQL"
+                    if self.pooler == "transaction"
+                    else "this App was created with listen=False; pass listen_dsn= to stream events"
+                ),
+            )
+        return self._hub
+
     # --- worker -----------------------------------------------------------------
 
     def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
@@ -805,10 +961,18 @@ class App:
     ) -> WorkerSettings:
         from pgqueue.worker.settings import WorkerSettings
 
-        # An App created with listen=False (behind PgBouncer) never listens.
-        listen = self.listen and options.pop("listen", True)
+        # No LISTEN connection possible (listen=False, or a transaction pooler
+        # without listen_dsn): the worker polls.
+        listen = self.listen_dsn is not None and options.pop("listen", True)
         return WorkerSettings.build(queues=queues, listen=listen, **options)
 
 
 def _no_clock() -> datetime | None:
     return None
+
+
+def _storable_result(result: Any, max_bytes: int) -> str | None:
+    value = encode_result(result, max_bytes)
+    if isinstance(value, UnstoredResult):
+        raise InvalidPayload(f"cannot store the result: {value}")
+    return value

@@ -66,13 +66,30 @@ def connection_params(dsn: str, application_name: str = "pgqueue") -> str:
 
 
 def describe_target(dsn: str) -> str:
-    """``host:port/dbname`` for messages (never the password)."""
+    """``host:port/dbname`` for messages (never the password); what the DSN
+    leaves out is filled in as libpq would (PGHOST, ..., else its defaults)."""
     try:
         info = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "the given DSN"
-    host = info.get("host") or "local socket"
-    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+    defaults = _libpq_defaults()
+    host = info.get("host") or info.get("hostaddr") or defaults.get("host") or "local socket"
+    port = info.get("port") or defaults.get("port") or 5432
+    user = info.get("user") or defaults.get("user") or ""
+    dbname = info.get("dbname") or defaults.get("dbname") or user
+    return f"{host}:{port}/{dbname}"
+
+
+def _libpq_defaults() -> dict[str, str]:
+    """libpq's value for each connection option a DSN leaves out."""
+    try:
+        return {
+            o.keyword.decode(): o.val.decode()
+            for o in psycopg.pq.Conninfo.get_defaults()
+            if o.val is not None
+        }
+    except (psycopg.Error, UnicodeDecodeError):  # pragma: no cover - libpq without defaults
+        return {}
 
 
 def migrate_command(schema: str) -> str:
@@ -149,8 +166,8 @@ class ErrorTranslator:
             return exc
         if isinstance(exc, _SCHEMA_ERRORS):
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is not migrated or is older than this pgqueue '
-                f"({exc.diag.message_primary}): run `{migrate_command(self.schema)}`",
+                f'schema "{self.schema}" in {self.target} is not migrated or is older than '
+                f"this pgqueue ({exc.diag.message_primary}): run `{migrate_command(self.schema)}`",
                 sqlstate=exc.sqlstate,
             )
         if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == (
@@ -282,6 +299,17 @@ async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(_SESSION_SETUP)
 
 
+# Behind a transaction pooler each transaction may run on another server
+# session: nothing may outlive it. No SET (and none needed: unprepared
+# statements get a custom plan every time anyway).
+def _configure_pooled_sync(conn: psycopg.Connection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+
+
+async def _configure_pooled_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+
+
 # psycopg prepares a statement after a few executions; the server would then
 # reuse a generic plan made when the table had other statistics (empty, or
 # before autovacuum saw a sudden backlog) and scan the whole table. Custom
@@ -326,13 +354,18 @@ def _listen_sql(schema: str) -> sql.Composed:
 _UNLISTEN = "UNLISTEN *"
 
 
+def _matches(note: psycopg.Notify, payload: str) -> bool:
+    # 'f:<id>' is followed by ':<status>:<queue>' (see pgqueue.events).
+    return note.payload == payload or note.payload.startswith(payload + ":")
+
+
 def _wait_for(conn: psycopg.Connection[Any], payload: str, timeout: float) -> bool:
-    return any(note.payload == payload for note in conn.notifies(timeout=timeout))
+    return any(_matches(note, payload) for note in conn.notifies(timeout=timeout))
 
 
 async def _wait_for_async(conn: psycopg.AsyncConnection[Any], payload: str, timeout: float) -> bool:
     async for note in conn.notifies(timeout=timeout):
-        if note.payload == payload:
+        if _matches(note, payload):
             return True
     return False
 
@@ -405,8 +438,16 @@ class Database:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        transaction_pooler: bool = False,
     ) -> None:
         self.dsn = connection_params(dsn)
+        # Behind a transaction pooler a prepared statement would live in one
+        # server session and be missing (or another one) in the next.
+        self.connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if transaction_pooler:
+            self.connect_kwargs["prepare_threshold"] = None
+        self._configure_sync = _configure_pooled_sync if transaction_pooler else _configure_sync
+        self._configure_async = _configure_pooled_async if transaction_pooler else _configure_async
         self.queries = queries
         self.schema = queries.schema
         self.translate = ErrorTranslator(self.schema, dsn)
@@ -424,14 +465,16 @@ class Database:
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         """A new dedicated connection (not from the pool), autocommit."""
         try:
-            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
+            return psycopg.connect(self.dsn, **{**self.connect_kwargs, **kwargs})
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
     async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
         """A new dedicated async connection (not from the pool), autocommit."""
         try:
-            return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **kwargs)
+            return await psycopg.AsyncConnection.connect(
+                self.dsn, **{**self.connect_kwargs, **kwargs}
+            )
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
@@ -461,12 +504,13 @@ class Database:
     def _schema_problem(self, revision: str | None) -> SchemaNotMigrated | None:
         if revision is None:
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is not migrated: run `{migrate_command(self.schema)}`'
+                f'schema "{self.schema}" in {self.translate.target} is not migrated: '
+                f"run `{migrate_command(self.schema)}`"
             )
         if revision != SCHEMA_REVISION:
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is at revision {revision} but this pgqueue needs '
-                f"{SCHEMA_REVISION}: run `{migrate_command(self.schema)}`"
+                f'schema "{self.schema}" in {self.translate.target} is at revision {revision} '
+                f"but this pgqueue needs {SCHEMA_REVISION}: run `{migrate_command(self.schema)}`"
             )
         return None
 
@@ -496,12 +540,12 @@ class Database:
                             raise problem
                     self._sync_pool = ConnectionPool(
                         self.dsn,
-                        kwargs={"autocommit": True},
+                        kwargs=self.connect_kwargs,
                         min_size=self.min_size,
                         max_size=self.max_size,
                         timeout=self.timeout,
                         check=_check_sync,
-                        configure=_configure_sync,
+                        configure=self._configure_sync,
                         name=f"pgqueue-{self.schema}",
                         open=True,
                     )
@@ -527,12 +571,12 @@ class Database:
                     await probe.close()
                 pool = AsyncConnectionPool(
                     self.dsn,
-                    kwargs={"autocommit": True},
+                    kwargs=self.connect_kwargs,
                     min_size=self.min_size,
                     max_size=self.max_size,
                     timeout=self.timeout,
                     check=_check_async,
-                    configure=_configure_async,
+                    configure=self._configure_async,
                     name=f"pgqueue-{self.schema}-async",
                     open=False,
                 )

@@ -19,6 +19,7 @@ from pgqueue._resources import sql_dir
 
 QueryName = Literal[
     "job_enqueue_batch",
+    "job_enqueue_windowed",
     "job_lease",
     "job_ack_many",
     "job_fail_many",
@@ -75,6 +76,15 @@ QueryName = Literal[
     "archive_partition_validate",
     "archive_partition_index",
     "archive_partition_switch",
+    # sql/queries/operator.sql
+    "job_cancel_batch",
+    "job_cancel_count",
+    "job_status_many",
+    "queue_list",
+    "queue_delete",
+    "schema_summary",
+    "schema_drop",
+    "job_became_due",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -213,6 +213,11 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert (definer, config[:1], public) == (True, pinned, False)
     assert "search_path" not in " ".join(config[1:])
     assert functions["enqueue_rows"] == (False, None, False)
+    # 0007: enqueue() gained dedup_window/debounce; the previous signature
+    # lives on as enqueue_plain, and enqueue_windowed serves Python's batches.
+    assert functions["enqueue_plain"] == (True, pinned, False)
+    assert functions["enqueue_windowed"] == (True, pinned, False)
+    assert functions["dedup_claim"] == (False, None, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
     # 0010: the partitioned archive's functions create and drop tables as the owner.
     archive = {
@@ -221,7 +226,7 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         "archive_partition_prepare",
         "archive_partition_switch",
     }
-    assert definers == {"enqueue", "enqueue_batch"} | archive
+    assert definers == {"enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed"} | archive
     for name in archive:
         definer, config, public = functions[name]
         assert (config[-1:], public) == (pinned, False), name
@@ -382,7 +387,7 @@ def test_worker_role_runs_a_worker(
             owner.enqueue("spawn", {"n": 7}, queue="lp").job_id,
         ]
     worker = workers.spawn(
-        "--concurrency", "4", "--reap-interval", "0.5",
+        "--concurrency", "4", "--reap-interval", "0.5s",
         app="tests.apps.least_privilege:app", dsn=worker_role.dsn,
     )  # fmt: skip
     worker.wait_registered()

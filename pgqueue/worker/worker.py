@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
+from pgqueue.events import wake_queue
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.faults import Episodes
@@ -29,6 +31,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
+from pgqueue.worker.task_transaction import TaskTransactionSource
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -75,7 +78,7 @@ class Worker:
         name = signal.Signals(signum).name
         if self.signals == 1:
             log.info(
-                "shutting down: finishing running jobs",
+                "shutting down: finishing running jobs (press Ctrl-C again to force)",
                 signal=name,
                 timeout_seconds=self.settings.shutdown_timeout,
             )
@@ -91,10 +94,15 @@ class Worker:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.op_context
         completer = Completer(database, ctx, self.fail)
-        executor = Executor(app.tasks, settings.concurrency, completer, app.max_result_bytes)
+        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
+        executor = Executor(
+            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
+        )
         completer.executor = executor
         producer = Producer(database, ctx, settings, executor, self.stopping)
-        listener = Listener(database, self._dispatch_to(producer, executor), producer.wake.set)
+        listener = Listener(  # on listen_dsn when a transaction pooler is in the path
+            app.listen_database, self._dispatch_to(producer, executor), producer.wake.set
+        )
         heartbeat = Heartbeat(
             database,
             ctx,
@@ -130,6 +138,8 @@ class Worker:
         log.info(
             "worker started",
             worker_id=settings.worker_id,
+            database=describe_target(app.dsn),
+            schema=app.schema,
             queues=list(settings.queues) if settings.queues else "all",
             concurrency=settings.concurrency,
             batch_size=settings.batch_size,
@@ -137,6 +147,17 @@ class Worker:
             scheduler=settings.scheduler,
             tasks=sorted(app.tasks),
         )
+        if not settings.listen and app.listen_dsn is None:
+            log.warning(
+                "not listening for notifications: polling every poll_interval"
+                + (
+                    "; behind a transaction-mode pooler pass listen_dsn= (PGQUEUE_LISTEN_DSN)"
+                    " to wake at once"
+                    if app.pooler == "transaction"
+                    else ""
+                ),
+                poll_interval=settings.poll_interval,
+            )
         producing = self._supervise("producer", producer.run)
         relay = asyncio.create_task(self._relay(stop)) if stop is not None else None
         stopper = asyncio.ensure_future(self.stopping.wait())
@@ -154,6 +175,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
+            await transactions.close()
             self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
         if self.fatal is not None:
@@ -210,10 +232,12 @@ class Worker:
 
     def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
+            queue = wake_queue(payload)  # see pgqueue.events for every payload
+            if queue is not None:
+                producer.notify(queue)
+                return
             kind, _, value = payload.partition(":")
-            if kind in ("j", "q"):
-                producer.notify(value)
-            elif kind == "s":
+            if kind == "s":
                 self.schedules_changed.set()
             elif kind == "c":
                 try:

@@ -7,6 +7,11 @@
 -- Enqueue a JSON array of job objects; one row (job_id, created) per input, in order.
 SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
 
+-- name: job_enqueue_windowed
+-- Enqueue a JSON array of job objects some of which carry dedup_window or
+-- debounce (seconds); one row (job_id, created) per input, in order.
+SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
+
 -- name: job_lease
 -- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds
@@ -16,15 +21,19 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- name: job_ack_many
 -- Finish leased jobs successfully (cancelled if a cancel was requested while
 -- they ran). Returns the (id, attempt_id) pairs that still held their lease.
+-- A result that could not be stored leaves result NULL and says why in last_error.
 WITH done AS (
-    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[])
-        AS d(job_id, attempt_id, result)
+    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[],
+                         %(result_errors)s::text[])
+        AS d(job_id, attempt_id, result, result_error)
 ), finished AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::{schema}.job_status,
         finished_at = coalesce(%(now)s::timestamptz, now()),
         lease_expires_at = NULL,
-        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END
+        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END,
+        last_error = CASE WHEN j.cancel_requested THEN j.last_error
+                          ELSE coalesce(d.result_error, j.last_error) END
     FROM done d
     WHERE j.id = ANY (%(job_ids)s::bigint[])  -- primary-key lookups, not a scan of running jobs
       AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
@@ -40,9 +49,10 @@ WITH done AS (
     -- Finished: tell result() waiters; a freed slot of a concurrency-limited
     -- queue: tell its workers (unlimited queues send nothing here).
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || f.id AS payload FROM finished f WHERE f.notify_finish
+    FROM (SELECT 'f:' || f.id || ':' || f.status || ':' || f.queue AS payload
+          FROM finished f WHERE f.notify_finish
           UNION
-          SELECT DISTINCT 'j:' || f.queue FROM finished f
+          SELECT DISTINCT 'w:' || f.queue FROM finished f
           WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified;
@@ -95,13 +105,17 @@ WITH failed AS (
            d.error_code, d.error_message, d.traceback
     FROM decided d
 ), notified AS (
-    -- Finished: tell result() waiters. Retried: tell the queue's workers when to wake.
+    -- Finished: tell result() waiters. Retried now: new ready work; retried
+    -- later or a freed slot: the queue's workers recompute when to wake.
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || d.job_id AS payload FROM decided d
+    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+          FROM decided d JOIN updated u ON u.id = d.job_id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
-          SELECT DISTINCT 'j:' || u.queue FROM updated u
-          WHERE u.status IN ('queued', 'scheduled')
+          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'queued'
+          UNION
+          SELECT DISTINCT 'w:' || u.queue FROM updated u
+          WHERE u.status = 'scheduled'
              OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified;
