@@ -51,6 +51,8 @@ from pgqueue.models import (
 )
 from pgqueue.retry import Backoff, Permanent, Retry
 from pgqueue.task import Task
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import Finding
 from pgqueue.version import __version__
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "DuplicateJob",
     "DuplicateSchedule",
     "Enqueued",
+    "Finding",
     "HealthCheck",
     "HealthReport",
     "InvalidCron",
@@ -89,6 +92,7 @@ __all__ = [
     "PgQueueError",
     "PoolExhausted",
     "QueueMetrics",
+    "QueueView",
     "ResultTimeout",
     "Retry",
     "Schedule",

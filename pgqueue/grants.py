@@ -83,7 +83,7 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Explicit EXECUTE, so that a database whose default privileges withhold
 # EXECUTE from PUBLIC works too. Names are unique in the schema: no signatures.
-_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "visible_status")
+_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "enqueue_batch_traced", "visible_status")
 _WORKER_FUNCTIONS = ("lease_jobs", "retry_delay", "queue_oldest_ready")
 _WORKER_SEQUENCES = ("attempt_id_seq",)
 

@@ -118,6 +118,9 @@ class LeasedJob:
     payload: dict[str, Any]
     lease_expires_at: datetime
     lease_seconds: int = 60
+    #: Read only when a worker's metrics or tracing ask for them.
+    run_at: datetime | None = None
+    trace_context: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

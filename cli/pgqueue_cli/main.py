@@ -18,6 +18,7 @@ import typer
 import pgqueue
 from pgqueue.errors import PgQueueError
 from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
+from pgqueue_cli import telemetry as telemetry_commands
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
@@ -146,6 +147,17 @@ def worker(
     log_format: Annotated[
         str, typer.Option(help="auto (console on a TTY, else JSON), console or json.")
     ] = "auto",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics]).",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics server binds to.")
+    ] = "0.0.0.0",
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -167,6 +179,8 @@ def worker(
         reap_interval=reap_interval,
         log_level=log_level,
         log_format=log_format,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
 
 
@@ -183,6 +197,8 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
+app.command()(telemetry_commands.metrics)
+app.command()(telemetry_commands.doctor)
 
 
 def run() -> None:

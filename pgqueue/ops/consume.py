@@ -69,8 +69,11 @@ def lease(
     worker_id: str,
     limit: int,
     lease_seconds: float | None = None,
+    *,
+    details: bool = False,
 ) -> Op[list[LeasedJob]]:
-    """Lease up to ``limit`` jobs from ``queues`` (None: every queue)."""
+    """Lease up to ``limit`` jobs from ``queues`` (None: every queue);
+    ``details``: also read each job's run_at and trace context."""
     names = None
     if isinstance(queues, str):
         names = [validation.queue_name(queues)]
@@ -96,6 +99,8 @@ def lease(
             "worker_id must be a non-empty string without NUL or lone surrogates, "
             f"got {worker_id!r}"
         )
+    if details:
+        return _lease_observed(ctx, names, worker_id, limit, seconds)
     return _lease(ctx, names, worker_id, limit, seconds)
 
 
@@ -113,6 +118,30 @@ def _lease(
         },
     )
     return [LeasedJob(*row) for row in rows]
+
+
+def _lease_observed(
+    ctx: OpContext, queues: list[str] | None, worker_id: str, limit: int, seconds: int | None
+) -> Op[list[LeasedJob]]:
+    rows = yield Execute(
+        "job_lease_observed",
+        {
+            "queues": queues,
+            "worker_id": worker_id,
+            "limit": limit,
+            "lease_seconds": seconds,
+            "now": ctx.clock(),
+        },
+    )
+    jobs = [LeasedJob(*row) for row in rows]
+    # Committed after the statement's snapshot was taken: read them again.
+    if missing := [job.job_id for job in jobs if job.run_at is None]:
+        details = yield Execute("job_lease_details", {"job_ids": missing})
+        found = {job_id: (run_at, trace) for job_id, run_at, trace in details}
+        for job in jobs:
+            if job.job_id in found:
+                job.run_at, job.trace_context = found[job.job_id]
+    return jobs
 
 
 def ack_many(

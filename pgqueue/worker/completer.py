@@ -18,6 +18,7 @@ import structlog
 from pgqueue.errors import ConnectionFailed, LeaseLost
 from pgqueue.ops import Op, consume
 from pgqueue.ops.consume import Failure
+from pgqueue.telemetry.errors import count_database_error
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -125,6 +126,7 @@ class Completer:
             except LeaseLost as exc:
                 lost = exc.job_ids
             except ConnectionFailed as exc:
+                count_database_error(exc)
                 log.warning(
                     "could not record job outcomes; retrying",
                     write=what,

@@ -20,6 +20,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import Execute, Op, consume
+from pgqueue.telemetry.errors import count_database_error
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class Heartbeat:
                     )
                     last_registry = time.monotonic()
             except DatabaseError as exc:
+                count_database_error(exc)
                 log.warning("heartbeat failed; retrying", error=str(exc))
 
     async def _extend_due(self) -> None:

@@ -15,6 +15,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import consume
+from pgqueue.telemetry.errors import count_database_error
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
@@ -29,9 +30,15 @@ ERROR_BACKOFF = (0.1, 5.0)
 
 class Producer:
     def __init__(
-        self, app: App, settings: WorkerSettings, executor: Executor, stopping: asyncio.Event
+        self,
+        app: App,
+        settings: WorkerSettings,
+        executor: Executor,
+        stopping: asyncio.Event,
+        lease_details: bool = False,
     ) -> None:
         self.app = app
+        self.lease_details = lease_details  # run_at and trace context, for metrics/tracing
         self.settings = settings
         self.executor = executor
         self.stopping = stopping
@@ -61,8 +68,11 @@ class Producer:
             self.wake.clear()  # a notification during the lease makes the next wait return
             leased_at = time.monotonic()
             try:
-                jobs = await db.run_async(consume.lease(ctx, self.queues, worker_id, want))
+                jobs = await db.run_async(
+                    consume.lease(ctx, self.queues, worker_id, want, details=self.lease_details)
+                )
             except DatabaseError as exc:
+                count_database_error(exc)
                 log.warning("lease failed; retrying", error=str(exc), retry_in=delay)
                 await wait_any(self.stopping, timeout=delay)
                 delay = min(delay * 2, ERROR_BACKOFF[1])

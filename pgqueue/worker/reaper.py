@@ -12,6 +12,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import Execute, Op
+from pgqueue.telemetry.errors import count_database_error
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
@@ -44,4 +45,5 @@ async def reap_periodically(app: App, interval: float, stopped: asyncio.Event) -
                     log.info("forgot workers silent for over an hour", workers=gone)
                 last_prune = time.monotonic()
         except DatabaseError as exc:
+            count_database_error(exc)
             log.warning("reaper failed; retrying next round", error=str(exc))

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from pgqueue.errors import DatabaseError
+from pgqueue.telemetry.observer import build_observer
+from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -67,10 +69,14 @@ class Worker:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
+        # Metrics and tracing hooks (the no-op observer when neither is on).
+        self.observer = observer = build_observer(settings, __version__)
         completer = Completer(app)
-        executor = Executor(app, settings.concurrency, completer)
+        executor = Executor(app, settings.concurrency, completer, observer)
         completer.executor = executor
-        producer = Producer(app, settings, executor, self.stopping)
+        producer = Producer(
+            app, settings, executor, self.stopping, lease_details=observer.wants_lease_details
+        )
         listener = Listener(app, self._dispatch_to(producer, executor), producer.wake.set)
         heartbeat = Heartbeat(
             app,
@@ -127,6 +133,7 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
             self.threads_left = executor.close()
+            observer.close()
             log.info("worker stopped", worker_id=settings.worker_id)
 
     async def _relay(self, stop: asyncio.Event) -> None:

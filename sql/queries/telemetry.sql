@@ -1,0 +1,76 @@
+-- Telemetry: traced enqueue, the lease with what metrics and traces need,
+-- and the database view of `pgqueue metrics` (cheap reads: counts stop at
+-- a cap, beyond which the planner's statistics give an estimate).
+
+-- name: job_enqueue_batch_traced
+-- enqueue_batch, storing the trace context (a JSON carrier) with every job.
+SELECT job_id, created
+FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb);
+
+-- name: job_lease_observed
+-- job_lease plus each job's run_at and trace context. The lookup reads the
+-- statement's snapshot, taken before lease_jobs ran: a job committed in
+-- between comes back with NULLs (see job_lease_details). OFFSET 0 keeps the
+-- lookup a primary-key probe per leased job.
+WITH l AS MATERIALIZED (
+    SELECT * FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
+                                      %(lease_seconds)s::integer, %(now)s::timestamptz)
+        WITH ORDINALITY AS l(job_id, attempt_id, attempt, task, queue, payload,
+                             lease_expires_at, lease_seconds, ord)
+)
+SELECT l.job_id, l.attempt_id, l.attempt, l.task, l.queue, l.payload, l.lease_expires_at,
+       l.lease_seconds, d.run_at, d.trace_context
+FROM l
+LEFT JOIN LATERAL (
+    SELECT j.run_at, j.trace_context FROM {schema}.jobs j WHERE j.id = l.job_id OFFSET 0
+) d ON true
+ORDER BY l.ord;
+
+-- name: job_lease_details
+-- run_at and trace context of leased jobs (those job_lease_observed missed).
+SELECT id, run_at, trace_context FROM {schema}.jobs WHERE id = ANY (%(job_ids)s::bigint[]);
+
+-- name: metrics_queue_live
+-- Per queue: paused, ready and running counts (each an index range scan of
+-- the queue's part of a partial index, stopping at the cap), oldest ready age.
+SELECT q.name AS queue, q.paused,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'running' LIMIT %(cap)s) c) AS running,
+       extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
+           AS oldest_ready_age_seconds
+FROM {schema}.queues q
+ORDER BY q.name;
+
+-- name: metrics_status_sample
+-- Up to %(cap)s jobs of each other status, counted by queue (due scheduled
+-- jobs count as queued). One literal status per branch, so that each scan
+-- uses its partial index.
+SELECT s.status, s.queue, count(*)::bigint AS n
+FROM (
+    (SELECT CASE WHEN j.run_at <= now() THEN 'queued' ELSE 'scheduled' END AS status, j.queue
+     FROM {schema}.jobs j WHERE j.status = 'scheduled' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled' LIMIT %(cap)s)
+) s
+GROUP BY s.status, s.queue;
+
+-- name: metrics_status_estimates
+-- The planner's estimate of the jobs table's rows per stored status (from
+-- ANALYZE statistics; empty before the first ANALYZE).
+SELECT v.status, round(c.reltuples * v.freq)::bigint AS estimate
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_stats s
+  ON s.schemaname = %(schema)s AND s.tablename = 'jobs' AND s.attname = 'status'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+WHERE c.oid = '{schema}.jobs'::regclass AND c.reltuples > 0;
+
+-- name: metrics_workers_alive
+-- Registered workers whose heartbeat is younger than %(seconds)s.
+SELECT count(*)::bigint FROM {schema}.workers
+WHERE last_heartbeat_at > now() - make_interval(secs => %(seconds)s);
