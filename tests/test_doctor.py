@@ -195,9 +195,7 @@ def test_unmigrated_and_outdated_schema(pg_server_dsn: str, db_dsn: str) -> None
     assert "pgqueue migrate" in finding.fix
 
 
-def test_notify_queue_filled_by_a_listener_that_never_reads(
-    app: pgqueue.App, db_dsn: str
-) -> None:
+def test_notify_queue_filled_by_a_listener_that_never_reads(app: pgqueue.App, db_dsn: str) -> None:
     assert by_check(app.doctor(notify_queue_warn=0.0))["notify_queue"].severity == "ok"
     with psycopg.connect(db_dsn, autocommit=True) as listener:
         listener.execute("LISTEN pgqueue_doctor_test")
@@ -258,7 +256,9 @@ def pgbouncer_dsn(db_dsn: str) -> Iterator[str]:
 
         def accepts() -> bool | None:
             if proc.poll() is not None:
-                pytest.fail(f"pgbouncer exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+                pytest.fail(
+                    f"pgbouncer exited: {proc.stderr.read().decode() if proc.stderr else ''}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
             except OSError:
@@ -297,5 +297,3 @@ def test_bad_threshold_is_refused(app: pgqueue.App) -> None:
         app.doctor(max_age=1)
     with pytest.raises(pgqueue.InvalidDuration):
         app.doctor(worker_timeout="soon")
-
-
