@@ -13,14 +13,14 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 import pgqueue
-from pgqueue.telemetry.doctor import exit_code
+from pgqueue.telemetry.doctor import DoctorSettings, diagnose, exit_code
 from tests.fixtures.cluster import create_database, drop_database, free_port, unique_db_name
 from tests.fixtures.factory import JobFactory
 from tests.fixtures.workers import Workers, pgqueue_command, subprocess_env, wait_until
@@ -66,7 +66,8 @@ def test_idle_in_transaction_session_holding_xmin(app: pgqueue.App, db_dsn: str)
         assert finding.severity == "warn"
         assert "idle in transaction" in finding.summary
         assert f"pid {pid} (forgotten-tx" in finding.detail
-        assert str(pid) in finding.fix and "pg_terminate_backend" in finding.fix
+        assert str(pid) in finding.fix
+        assert "pg_terminate_backend" in finding.fix
         assert finding.evidence["sessions"][0]["pid"] == pid
         assert finding.evidence["sessions"][0]["xmin"] is not None
         result = cli_doctor(db_dsn, "--max-transaction-age", "1ms", "--json")
@@ -297,3 +298,37 @@ def test_bad_threshold_is_refused(app: pgqueue.App) -> None:
         app.doctor(max_age=1)
     with pytest.raises(pgqueue.InvalidDuration):
         app.doctor(worker_timeout="soon")
+
+
+def test_dead_tuples_vacuum_cannot_remove(
+    app: pgqueue.App, db_dsn: str, job_factory: JobFactory
+) -> None:
+    job_factory.insert_many(3000, status="succeeded", finished=True)
+    with psycopg.connect(db_dsn) as holder:
+        # An open snapshot older than the deletes: vacuum must keep the rows.
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT 1 FROM pgqueue.jobs LIMIT 1")
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgqueue.jobs")
+
+        def bloated() -> pgqueue.Finding | None:
+            # Statistics reach the server within a second or so of the commit.
+            finding = by_check(app.doctor(dead_tuples_min=1000))["dead_tuples"]
+            return finding if finding.severity == "warn" else None
+
+        finding = wait_until(bloated, 30.0, "the dead tuples to show", [])
+        assert "jobs" in finding.summary
+        assert "3000 dead" in finding.detail
+        assert "pgqueue maintenance" in finding.fix
+        assert by_check(app.doctor(max_transaction_age=0.0))["xmin_horizon"].severity == "warn"
+
+
+def test_clock_skew(app: pgqueue.App) -> None:
+    # The host's clock cannot be moved in a test: the operation takes the clock to compare.
+    ahead = lambda: datetime.now(UTC) + timedelta(minutes=10)  # noqa: E731
+    findings = app.database.run(diagnose(app.op_context, DoctorSettings(), None, wall_clock=ahead))
+    finding = by_check(findings)["clock_skew"]
+    assert finding.severity == "warn"
+    assert "behind this machine's" in finding.summary
+    assert finding.evidence["skew_seconds"] < -590
+    assert "NTP" in finding.fix

@@ -98,7 +98,8 @@ def test_database_view(app: pgqueue.App, job_factory: JobFactory) -> None:
     }  # fmt: skip
     assert by_queue["mail"].oldest_ready_age_seconds >= 120
     assert by_queue["reports"].oldest_ready_age_seconds is None
-    assert by_queue["reports"].paused and not by_queue["mail"].paused
+    assert by_queue["reports"].paused
+    assert not by_queue["mail"].paused
     assert view.workers_alive == 0
 
     families = {f.name: f for f in text_string_to_metric_families(app.metrics_text())}
@@ -129,7 +130,8 @@ def test_counts_past_the_cap_are_estimated(app: pgqueue.App, job_factory: JobFac
     assert big.jobs["queued"] == 30
     assert "queued" in big.estimated
     exact = {q.queue: q for q in app.queue_view(cap=1000).queues}["big"]
-    assert exact.estimated == [] and exact.jobs["dead"] == 50
+    assert exact.estimated == []
+    assert exact.jobs["dead"] == 50
 
 
 def test_cli_metrics(app: pgqueue.App, job_factory: JobFactory, db_dsn: str) -> None:

@@ -64,10 +64,10 @@ def test_enqueue_to_execution_across_processes(
         )
     sent = {s.name: s for s in exporter.get_finished_spans() if s.kind.name == "PRODUCER"}
     assert set(sent) == {"send default", "send other"}
-    send_ok = [
+    send_ok = next(
         s for s in exporter.get_finished_spans()
         if s.name == "send default" and s.attributes.get("messaging.message.id") == str(ok.job_id)
-    ][0]  # fmt: skip
+    )  # fmt: skip
     assert send_ok.parent is not None
     assert send_ok.parent.span_id == request.get_span_context().span_id
     assert send_ok.attributes["messaging.system"] == "pgqueue"
@@ -120,9 +120,11 @@ def test_enqueue_to_execution_across_processes(
 
     # Log lines about a job carry its trace id.
     succeeded = [e for e in worker.logged("job succeeded") if e.get("job_id") == ok.job_id]
-    assert succeeded and succeeded[0]["trace_id"] == trace_id
+    assert succeeded
+    assert succeeded[0]["trace_id"] == trace_id
     failed = [e for e in worker.logged("job failed") if e.get("job_id") == failing.job_id]
-    assert failed and failed[0]["trace_id"] == trace_id
+    assert failed
+    assert failed[0]["trace_id"] == trace_id
 
 
 def test_sql_enqueue_takes_a_traceparent(workers: Workers, db_dsn: str, tmp_path: Path) -> None:

@@ -86,12 +86,13 @@ def doctor(
     if as_json:
         output.print_json([f.as_dict() for f in findings])
     else:
+        # Plain lines (no wrapping): evidence and fixes are copied into terminals.
         marks = {"ok": "ok   ", "warn": "WARN ", "error": "ERROR"}
         for f in findings:
-            output.info(f"{marks[f.severity]} {f.check}: {f.summary}")
+            typer.echo(f"{marks[f.severity]} {f.check}: {f.summary}")
             if f.severity != "ok":
                 if f.detail:
-                    output.info(f"      {f.detail}")
+                    typer.echo(f"      {f.detail}")
                 if f.fix:
-                    output.info(f"      fix: {f.fix}")
+                    typer.echo(f"      fix: {f.fix}")
     raise typer.Exit(exit_code(findings))
