@@ -71,7 +71,6 @@ QueryName = Literal[
     # telemetry (metrics, tracing) and doctor
     "job_enqueue_batch_traced",
     "job_lease_observed",
-    "job_lease_details",
     "metrics_queue_live",
     "metrics_status_sample",
     "metrics_status_estimates",

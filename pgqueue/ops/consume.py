@@ -12,6 +12,7 @@ from pgqueue import validation
 from pgqueue.errors import InvalidName, InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.queries import QueryName
 
 MAX_ERROR_MESSAGE = 4000
 MAX_TRACEBACK = 32000
@@ -73,7 +74,7 @@ def lease(
     details: bool = False,
 ) -> Op[list[LeasedJob]]:
     """Lease up to ``limit`` jobs from ``queues`` (None: every queue);
-    ``details``: also read each job's run_at and trace context."""
+    ``details``: also read each job's wait time and trace context."""
     names = None
     if isinstance(queues, str):
         names = [validation.queue_name(queues)]
@@ -99,16 +100,20 @@ def lease(
             "worker_id must be a non-empty string without NUL or lone surrogates, "
             f"got {worker_id!r}"
         )
-    if details:
-        return _lease_observed(ctx, names, worker_id, limit, seconds)
-    return _lease(ctx, names, worker_id, limit, seconds)
+    query: QueryName = "job_lease_observed" if details else "job_lease"
+    return _lease(ctx, names, worker_id, limit, seconds, query)
 
 
 def _lease(
-    ctx: OpContext, queues: list[str] | None, worker_id: str, limit: int, seconds: int | None
+    ctx: OpContext,
+    queues: list[str] | None,
+    worker_id: str,
+    limit: int,
+    seconds: int | None,
+    query: QueryName,
 ) -> Op[list[LeasedJob]]:
     rows = yield Execute(
-        "job_lease",
+        query,
         {
             "queues": queues,
             "worker_id": worker_id,
@@ -118,30 +123,6 @@ def _lease(
         },
     )
     return [LeasedJob(*row) for row in rows]
-
-
-def _lease_observed(
-    ctx: OpContext, queues: list[str] | None, worker_id: str, limit: int, seconds: int | None
-) -> Op[list[LeasedJob]]:
-    rows = yield Execute(
-        "job_lease_observed",
-        {
-            "queues": queues,
-            "worker_id": worker_id,
-            "limit": limit,
-            "lease_seconds": seconds,
-            "now": ctx.clock(),
-        },
-    )
-    jobs = [LeasedJob(*row) for row in rows]
-    # Committed after the statement's snapshot was taken: read them again.
-    if missing := [job.job_id for job in jobs if job.run_at is None]:
-        details = yield Execute("job_lease_details", {"job_ids": missing})
-        found = {job_id: (run_at, trace) for job_id, run_at, trace in details}
-        for job in jobs:
-            if job.job_id in found:
-                job.run_at, job.trace_context = found[job.job_id]
-    return jobs
 
 
 def ack_many(

@@ -10,6 +10,7 @@ nothing, so a worker without metrics or tracing pays one method call per job.
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ class WorkerObserver:
 
     #: Whether leases must also return each job's run_at and trace context.
     wants_lease_details = False
+
+    def watch(self, running: Mapping[int, RunningJob]) -> None:
+        """The executor's table of jobs not yet recorded (read, never changed)."""
 
     def started(self, rj: RunningJob) -> None:
         """A leased job is about to run (or be failed without running)."""
@@ -46,6 +50,10 @@ class Observers(WorkerObserver):
     def __init__(self, observers: list[WorkerObserver]) -> None:
         self.observers = observers
         self.wants_lease_details = any(o.wants_lease_details for o in observers)
+
+    def watch(self, running: Mapping[int, RunningJob]) -> None:
+        for o in self.observers:
+            o.watch(running)
 
     def started(self, rj: RunningJob) -> None:
         for o in self.observers:

@@ -1,9 +1,10 @@
 """Prometheus metrics of one worker process (``pgqueue[metrics]``).
 
-Off the hot path: a finishing job adds to plain dicts and bucket lists on
-the event loop; nothing touches prometheus_client until a scrape, when
-:class:`WorkerMetrics` (a custom collector) turns the totals into metric
-families. Served by prometheus_client's HTTP server on ``metrics_port``.
+Off the hot path: a starting or finishing job adds to a few plain lists and
+dicts on the event loop; nothing touches prometheus_client until a scrape,
+when :class:`WorkerMetrics` (a custom collector) turns the totals into metric
+families. The running gauge is counted from the executor's own table at
+scrape time. Served by prometheus_client's HTTP server on ``metrics_port``.
 
 Several worker processes on one host: give each its own port (e.g.
 ``--metrics-port 9100``, ``9101``, ...) and one scrape target each; the
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -34,7 +35,7 @@ WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 
 class Histogram:
-    """Bucket counts and a sum; buckets are upper bounds (the last, +Inf, implied)."""
+    """Bucket counts and a sum; ``bounds`` are upper bounds (+Inf implied)."""
 
     __slots__ = ("bounds", "counts", "total")
 
@@ -48,21 +49,27 @@ class Histogram:
         self.total += value
 
     def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """Prometheus buckets (``le`` label, cumulative count) and the sum."""
         out: list[tuple[str, float]] = []
-        running = 0
-        counts = list(self.counts)
+        counts, running = list(self.counts), 0
         for bound, count in zip(self.bounds, counts, strict=False):
             running += count
-            out.append((_bound(bound), running))
+            out.append((repr(float(bound)), running))
         out.append(("+Inf", running + counts[-1]))
         return out, self.total
 
 
-def _bound(value: float) -> str:
-    return repr(float(value))
+class TaskStats:
+    """What finished attempts of one (queue, task) add up to."""
+
+    __slots__ = ("durations", "outcomes")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.durations = Histogram(DURATION_BUCKETS)
 
 
-def _metrics_module() -> Any:
+def _prometheus() -> Any:
     try:
         import prometheus_client
     except ImportError:
@@ -73,30 +80,29 @@ def _metrics_module() -> Any:
 
 
 class WorkerMetrics(WorkerObserver):
-    """Counts jobs as they finish; a prometheus_client collector on scrape."""
+    """Counts jobs as they start and finish; a prometheus_client collector on scrape."""
+
+    wants_lease_details = True
 
     def __init__(self, worker_id: str, version: str) -> None:
         self.worker_id = worker_id
         self.version = version
-        self.completed: defaultdict[tuple[str, str, str], int] = defaultdict(int)
-        self.durations: dict[tuple[str, str], Histogram] = {}
+        self.tasks: dict[tuple[str, str], TaskStats] = {}
         self.waits: dict[str, Histogram] = {}
-        self.running: defaultdict[str, int] = defaultdict(int)
+        self.running: Mapping[int, RunningJob] = {}
         self.server: Any = None
-        self.registry: Any = None
 
     @classmethod
     def serve(cls, port: int, worker_id: str, version: str, host: str = "0.0.0.0") -> WorkerMetrics:
         """Start the HTTP server on ``port`` (0: any free port, see ``.port``)
         with a registry holding only these metrics."""
-        prometheus_client = _metrics_module()
+        prometheus_client = _prometheus()
         metrics = cls(worker_id, version)
-        metrics.registry = prometheus_client.CollectorRegistry(auto_describe=False)
-        metrics.registry.register(metrics)
-        server, _thread = prometheus_client.start_http_server(
-            port, addr=host, registry=metrics.registry
+        registry = prometheus_client.CollectorRegistry(auto_describe=False)
+        registry.register(metrics)
+        metrics.server, _thread = prometheus_client.start_http_server(
+            port, addr=host, registry=registry
         )
-        metrics.server = server
         structlog.get_logger("pgqueue.worker").info(
             "serving metrics", port=metrics.port, host=host, path="/metrics"
         )
@@ -108,28 +114,25 @@ class WorkerMetrics(WorkerObserver):
 
     # --- hooks (event loop) --------------------------------------------------
 
+    def watch(self, running: Mapping[int, RunningJob]) -> None:
+        self.running = running
+
     def started(self, rj: RunningJob) -> None:
-        job = rj.job
-        self.running[job.queue] += 1
-        run_at = getattr(job, "run_at", None)
-        if run_at is not None:
-            leased = job.lease_expires_at.timestamp() - job.lease_seconds
-            wait = self.waits.get(job.queue)
-            if wait is None:
-                wait = self.waits[job.queue] = Histogram(WAIT_BUCKETS)
-            wait.observe(max(0.0, leased - run_at.timestamp()))
+        wait = rj.job.wait_seconds
+        if wait is not None:
+            hist = self.waits.get(rj.job.queue)
+            if hist is None:
+                hist = self.waits[rj.job.queue] = Histogram(WAIT_BUCKETS)
+            hist.observe(wait if wait > 0.0 else 0.0)
 
     def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
         job = rj.job
-        self.running[job.queue] -= 1
-        self.completed[(job.queue, job.task, outcome)] += 1
-        key = (job.queue, job.task)
-        duration = self.durations.get(key)
-        if duration is None:
-            duration = self.durations[key] = Histogram(DURATION_BUCKETS)
-        duration.observe(time.monotonic() - rj.started)
-
-    wants_lease_details = True
+        stats = self.tasks.get((job.queue, job.task))
+        if stats is None:
+            stats = self.tasks[(job.queue, job.task)] = TaskStats()
+        outcomes = stats.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        stats.durations.observe(time.monotonic() - rj.started)
 
     def close(self) -> None:
         if self.server is not None:
@@ -137,7 +140,7 @@ class WorkerMetrics(WorkerObserver):
             self.server.server_close()
             self.server = None
 
-    # --- collector (scrape thread) -----------------------------------------
+    # --- collector (the scrape thread) ---------------------------------------
 
     def describe(self) -> list[Any]:
         return []
@@ -154,22 +157,23 @@ class WorkerMetrics(WorkerObserver):
         )
         info.add_metric([self.worker_id, self.version], 1)
         yield info
+        tasks = list(self.tasks.items())
         completed = CounterMetricFamily(
             "pgqueue_jobs_completed",
             "Attempts ended by this worker, by outcome.",
             labels=["queue", "task", "outcome"],
         )
-        for (queue, task, outcome), n in list(self.completed.items()):
-            completed.add_metric([queue, task, outcome], n)
-        yield completed
         duration = HistogramMetricFamily(
             "pgqueue_job_duration_seconds",
             "Run time of attempts, from start to end.",
             labels=["queue", "task"],
         )
-        for (queue, task), hist in list(self.durations.items()):
-            buckets, total = hist.cumulative()
+        for (queue, task), stats in tasks:
+            for outcome, n in list(stats.outcomes.items()):
+                completed.add_metric([queue, task, outcome], n)
+            buckets, total = stats.durations.cumulative()
             duration.add_metric([queue, task], buckets, total)
+        yield completed
         yield duration
         wait = HistogramMetricFamily(
             "pgqueue_job_wait_seconds",
@@ -183,8 +187,12 @@ class WorkerMetrics(WorkerObserver):
         running = GaugeMetricFamily(
             "pgqueue_jobs_running", "Jobs running in this worker.", labels=["queue"]
         )
-        for queue, n in list(self.running.items()):
-            running.add_metric([queue], n)
+        counts = Counter(
+            rj.job.queue for rj in list(self.running.values()) if rj.handle is not None
+        )
+        queues = set(counts) | set(self.waits) | {key[0] for key, _ in tasks}
+        for name in sorted(queues):
+            running.add_metric([name], counts.get(name, 0))
         yield running
         errors = CounterMetricFamily(
             "pgqueue_database_errors",

@@ -73,6 +73,7 @@ class Worker:
         self.observer = observer = build_observer(settings, __version__)
         completer = Completer(app)
         executor = Executor(app, settings.concurrency, completer, observer)
+        observer.watch(executor.running)
         completer.executor = executor
         producer = Producer(
             app, settings, executor, self.stopping, lease_details=observer.wants_lease_details

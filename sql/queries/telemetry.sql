@@ -8,27 +8,15 @@ SELECT job_id, created
 FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb);
 
 -- name: job_lease_observed
--- job_lease plus each job's run_at and trace context. The lookup reads the
--- statement's snapshot, taken before lease_jobs ran: a job committed in
--- between comes back with NULLs (see job_lease_details). OFFSET 0 keeps the
--- lookup a primary-key probe per leased job.
-WITH l AS MATERIALIZED (
-    SELECT * FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
-                                      %(lease_seconds)s::integer, %(now)s::timestamptz)
-        WITH ORDINALITY AS l(job_id, attempt_id, attempt, task, queue, payload,
-                             lease_expires_at, lease_seconds, ord)
-)
-SELECT l.job_id, l.attempt_id, l.attempt, l.task, l.queue, l.payload, l.lease_expires_at,
-       l.lease_seconds, d.run_at, d.trace_context
-FROM l
-LEFT JOIN LATERAL (
-    SELECT j.run_at, j.trace_context FROM {schema}.jobs j WHERE j.id = l.job_id OFFSET 0
-) d ON true
-ORDER BY l.ord;
-
--- name: job_lease_details
--- run_at and trace context of leased jobs (those job_lease_observed missed).
-SELECT id, run_at, trace_context FROM {schema}.jobs WHERE id = ANY (%(job_ids)s::bigint[]);
+-- job_lease plus, for metrics and tracing, how long each job waited between
+-- its run_at and this lease (seconds, by the server's clock) and its trace
+-- context.
+SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
+       extract(epoch FROM lease_expires_at - make_interval(secs => lease_seconds) - run_at)::float8
+           AS wait_seconds,
+       trace_context
+FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
+                         %(lease_seconds)s::integer, %(now)s::timestamptz);
 
 -- name: metrics_queue_live
 -- Per queue: paused, ready and running counts (each an index range scan of
