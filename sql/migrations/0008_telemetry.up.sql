@@ -6,7 +6,7 @@
 --
 -- The column takes its value from the setting pgqueue.trace_context, which
 -- enqueue_batch_traced and enqueue(traceparent => ...) set for the length of
--- their own call only (a function's SET clause restores it on exit). So the
+-- their own call only (they put the old value back). So the
 -- enqueue functions themselves keep their bodies, and an insert that sets
 -- nothing (replay, schedules, an untraced producer) stores NULL. A caller
 -- may also scope it to a transaction itself:
@@ -21,16 +21,20 @@ ALTER TABLE {schema}.jobs
 CREATE FUNCTION {schema}.enqueue_batch_traced(p_jobs jsonb, p_trace_context jsonb)
 RETURNS TABLE (job_id bigint, created boolean)
 LANGUAGE plpgsql
-SET pgqueue.trace_context = ''
 AS $$
+DECLARE
+    v_context text := current_setting('pgqueue.trace_context', true);
 BEGIN
     IF p_trace_context IS NOT NULL AND (jsonb_typeof(p_trace_context) <> 'object'
                                         OR octet_length(p_trace_context::text) > 4096) THEN
         RAISE EXCEPTION 'pgqueue: trace context must be a JSON object of at most 4096 bytes'
             USING ERRCODE = '22023';
     END IF;
+    -- For this call only: the old value is put back (an error aborts the
+    -- transaction or savepoint, which puts it back too).
     PERFORM pg_catalog.set_config('pgqueue.trace_context', coalesce(p_trace_context::text, ''), true);
     RETURN QUERY SELECT b.job_id, b.created FROM {schema}.enqueue_batch(p_jobs) b;
+    PERFORM pg_catalog.set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
 END;
 $$;
 
@@ -65,10 +69,10 @@ CREATE FUNCTION {schema}.enqueue(
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET pgqueue.trace_context = ''
 AS $$
 DECLARE
-    v_id bigint;
+    v_id      bigint;
+    v_context text;
 BEGIN
     IF task IS NULL OR btrim(task) = '' OR length(task) > 255 OR task ~ '[[:cntrl:]]' THEN
         RAISE EXCEPTION 'pgqueue: invalid task name %', quote_literal(left(coalesce(task, 'NULL'), 80))
@@ -111,6 +115,9 @@ BEGIN
                     quote_literal(left(traceparent, 80))
                 USING ERRCODE = '22023';
         END IF;
+        -- Set for this call only: restored below (an error aborts the
+        -- transaction or savepoint, which restores it too).
+        v_context := current_setting('pgqueue.trace_context', true);
         PERFORM set_config('pgqueue.trace_context',
                            jsonb_build_object('traceparent', traceparent)::text, true);
     END IF;
@@ -119,6 +126,9 @@ BEGIN
         'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
         'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
         'dedup_key', dedup_key, 'serial_key', serial_key)))) AS b;
+    IF traceparent IS NOT NULL THEN
+        PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+    END IF;
     RETURN v_id;
 END;
 $$;
