@@ -179,11 +179,11 @@ def test_migration_0008_keeps_who_may_execute_the_rebuilt_functions(db_dsn: str)
     from pgqueue.migrate import downgrade, upgrade
 
     role = f"pgq_keep_{uuid.uuid4().hex[:8]}"
-    downgrade(db_dsn, revision="0004")
+    downgrade(db_dsn, revision="0007")
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}"')
         try:
-            # What `pgqueue grant --worker` gave on revision 0004.
+            # What `pgqueue grant --worker` gave on revision 0007.
             conn.execute(
                 f'GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.lease_jobs TO "{role}"'
             )

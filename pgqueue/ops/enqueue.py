@@ -10,6 +10,7 @@ from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
 from pgqueue.payloads import encode_batch
+from pgqueue.queries import QueryName
 from pgqueue.telemetry import tracing
 
 
@@ -27,6 +28,7 @@ class _JobBuilder:
         self.ctx = ctx
         self.bases: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.dedup = False
+        self.windowed = False  # some job has dedup_window or debounce
         self.queues: set[str] = set()  # for the trace span's name
 
     def build(self, spec: JobSpec) -> dict[str, Any]:
@@ -47,6 +49,9 @@ class _JobBuilder:
             self.dedup = True
         if spec.serial_key is not None:
             obj["serial_key"] = validation.key("serial_key", spec.serial_key)
+        if spec.dedup_window is not None or spec.debounce is not None:
+            obj.update(_over_time(spec))
+            self.windowed = True
         return obj
 
     def _base(self, spec: JobSpec) -> dict[str, Any]:
@@ -78,7 +83,32 @@ class _JobBuilder:
         """The ``enqueue_batch`` document for ``specs``, with the hints that
         spare the database a pass over the jobs."""
         jobs = [self.build(s) for s in specs]
+        if self.windowed:  # enqueue_windowed takes the plain array
+            return encode_batch(jobs, self.ctx.max_payload_bytes)
         return encode_batch(jobs, self.ctx.max_payload_bytes, self.dedup)
+
+    def query(self) -> QueryName:
+        """The statement for the batch built last."""
+        return "job_enqueue_windowed" if self.windowed else "job_enqueue_batch"
+
+
+def _over_time(spec: JobSpec) -> dict[str, float]:
+    """The ``dedup_window``/``debounce`` keys of a job object, refusing what
+    makes no sense (the SQL function checks the same)."""
+    if spec.dedup_key is None:
+        raise InvalidOption("dedup_window and debounce need a dedup_key")
+    if spec.dedup_window is not None and spec.debounce is not None:
+        raise InvalidOption(
+            "give dedup_window (one job per key per window) or debounce (postpone and "
+            "replace the queued job), not both"
+        )
+    if spec.dedup_window is not None:
+        return {
+            "dedup_window": validation.seconds("dedup_window", spec.dedup_window, allow_zero=False)
+        }
+    if spec.run_at is not None or spec.delay is not None:
+        raise InvalidOption("debounce sets run_at to now + debounce: give no run_at or delay")
+    return {"debounce": validation.seconds("debounce", spec.debounce)}
 
 
 def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]:
@@ -92,24 +122,31 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
-    return _insert(builder.batch(specs), builder.queues, len(specs))
+    return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job."""
     builder = _JobBuilder(ctx)
-    return _first(_insert(builder.batch([spec]), builder.queues, 1))
+    return _first(_insert(builder.batch([spec]), builder.queues, 1, builder.query()))
 
 
-def _insert(doc: str, queues: set[str], count: int) -> Op[list[Enqueued]]:
+def _insert(
+    doc: str, queues: set[str], count: int, query: QueryName = "job_enqueue_batch"
+) -> Op[list[Enqueued]]:
     # In a PRODUCER span whose trace context is stored with the jobs, when tracing is on.
     span = tracing.send_span(sorted(queues), count)
     if span is None:
-        rows = yield Execute("job_enqueue_batch", {"jobs": doc})
+        rows = yield Execute(query, {"jobs": doc})
         return [Enqueued(job_id, created) for job_id, created in rows]
     try:
         rows = yield Execute(
-            "job_enqueue_batch_traced", {"jobs": doc, "trace_context": span.carrier}
+            "job_enqueue_batch_traced",
+            {
+                "jobs": doc,
+                "trace_context": span.carrier,
+                "windowed": query == "job_enqueue_windowed",
+            },
         )
     except BaseException as exc:
         span.failed(exc)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.telemetry.observer import build_observer
 from pgqueue.version import __version__
@@ -31,6 +32,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
+from pgqueue.worker.task_transaction import TaskTransactionSource
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -77,7 +79,7 @@ class Worker:
         name = signal.Signals(signum).name
         if self.signals == 1:
             log.info(
-                "shutting down: finishing running jobs",
+                "shutting down: finishing running jobs (press Ctrl-C again to force)",
                 signal=name,
                 timeout_seconds=self.settings.shutdown_timeout,
             )
@@ -95,8 +97,14 @@ class Worker:
         # Metrics and tracing hooks (the no-op observer when neither is on).
         self.observer = observer = build_observer(settings, __version__)
         completer = Completer(database, ctx, self.fail)
+        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         executor = Executor(
-            app.tasks, settings.concurrency, completer, app.max_result_bytes, observer
+            app.tasks,
+            settings.concurrency,
+            completer,
+            app.max_result_bytes,
+            transactions,
+            observer,
         )
         observer.watch(executor.running)
         completer.executor = executor
@@ -144,6 +152,8 @@ class Worker:
         log.info(
             "worker started",
             worker_id=settings.worker_id,
+            database=describe_target(app.dsn),
+            schema=app.schema,
             queues=list(settings.queues) if settings.queues else "all",
             concurrency=settings.concurrency,
             batch_size=settings.batch_size,
@@ -168,6 +178,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
+            await transactions.close()
             self.threads_left = executor.close()
             observer.close()
             log.info("worker stopped", worker_id=settings.worker_id)

@@ -1,4 +1,4 @@
--- Reverts 0008_telemetry: the SQL API without traceparent (the 0003 body),
+-- Reverts 0008_telemetry: the SQL API without traceparent (the 0007 body),
 -- lease_jobs without run_at and trace_context (the 0001 body with the 0004
 -- settings), no enqueue_batch_traced, no trace_context column. Whoever
 -- could execute enqueue and lease_jobs keeps that right.
@@ -7,11 +7,11 @@ SELECT p.proname::text AS function,
        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee
 FROM pg_catalog.pg_proc p
 CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-WHERE p.oid IN ('{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text)'::regprocedure,
+WHERE p.oid IN ('{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval, text)'::regprocedure,
                 '{schema}.lease_jobs(text[], text, integer, integer, timestamptz)'::regprocedure)
   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
 
-DROP FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text);
+DROP FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval, text);
 DROP FUNCTION {schema}.lease_jobs(text[], text, integer, integer, timestamptz);
 
 CREATE FUNCTION {schema}.enqueue(
@@ -22,7 +22,9 @@ CREATE FUNCTION {schema}.enqueue(
     run_at       timestamptz DEFAULT now(),
     max_attempts integer DEFAULT NULL,
     dedup_key    text DEFAULT NULL,
-    serial_key   text DEFAULT NULL
+    serial_key   text DEFAULT NULL,
+    dedup_window interval DEFAULT NULL,
+    debounce     interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -31,47 +33,18 @@ AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    IF task IS NULL OR btrim(task) = '' OR length(task) > 255 OR task ~ '[[:cntrl:]]' THEN
-        RAISE EXCEPTION 'pgqueue: invalid task name %', quote_literal(left(coalesce(task, 'NULL'), 80))
-            USING ERRCODE = '22023',
-                  HINT = 'task names are 1 to 255 characters without control characters';
+    IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
+        v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
+        END IF;
+        IF debounce IS NOT NULL THEN
+            run_at := now() + debounce;
+        END IF;
     END IF;
-    IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'pgqueue: invalid queue name %', quote_literal(left(coalesce(queue, 'NULL'), 140))
-            USING ERRCODE = '22023',
-                  HINT = 'queue names are 1 to 128 characters from A-Z a-z 0-9 _ . : -';
-    END IF;
-    IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
-        RAISE EXCEPTION 'pgqueue: payload must be a JSON object'
-            USING ERRCODE = '22023';
-    END IF;
-    IF jsonb_path_exists(payload,
-            'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
-        RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects'
-            USING ERRCODE = '22023';
-    END IF;
-    IF dedup_key = '' OR serial_key = '' THEN
-        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be NULL or non-empty'
-            USING ERRCODE = '22023';
-    END IF;
-    IF octet_length(dedup_key) > 1024 OR octet_length(serial_key) > 1024 THEN
-        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be at most 1024 bytes'
-            USING ERRCODE = '22023';
-    END IF;
-    IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
-        RAISE EXCEPTION 'pgqueue: max_attempts must be at least 1'
-            USING ERRCODE = '22023';
-    END IF;
-    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'pgqueue: priority must be a smallint'
-            USING ERRCODE = '22023';
-    END IF;
-    SELECT b.job_id INTO v_id
-    FROM {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-        'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
-        'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
-        'dedup_key', dedup_key, 'serial_key', serial_key)))) AS b;
-    RETURN v_id;
+    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                  dedup_key, serial_key);
 END;
 $$;
 
@@ -204,7 +177,7 @@ END;
 $$;
 
 REVOKE EXECUTE ON FUNCTION
-    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),
+    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval),
     {schema}.lease_jobs(text[], text, integer, integer, timestamptz)
 FROM PUBLIC;
 
@@ -215,7 +188,7 @@ BEGIN
     FOR v_grant IN SELECT function, grantee FROM pgqueue_0008_grants LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
                        CASE v_grant.function
-                           WHEN 'enqueue' THEN '{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'
+                           WHEN 'enqueue' THEN '{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval)'
                            ELSE '{schema}.lease_jobs(text[], text, integer, integer, timestamptz)'
                        END,
                        v_grant.grantee);
@@ -223,6 +196,6 @@ BEGIN
 END;
 $$;
 
-DROP FUNCTION {schema}.enqueue_batch_traced(jsonb, jsonb);
+DROP FUNCTION {schema}.enqueue_batch_traced(jsonb, jsonb, boolean);
 
 ALTER TABLE {schema}.jobs DROP COLUMN trace_context;

@@ -15,10 +15,13 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN trace_context jsonb
     DEFAULT nullif(current_setting('pgqueue.trace_context', true), '')::jsonb;
 
--- enqueue_batch with the carrier (e.g. {"traceparent": ..., "tracestate": ...})
--- stored with every job of the batch. Runs with the caller's rights:
--- enqueue_batch does the privileged part.
-CREATE FUNCTION {schema}.enqueue_batch_traced(p_jobs jsonb, p_trace_context jsonb)
+-- enqueue_batch (or, for jobs with dedup_window/debounce, enqueue_windowed)
+-- with the carrier (e.g. {"traceparent": ..., "tracestate": ...}) stored with
+-- every job of the batch. Runs with the caller's rights: the function it
+-- calls does the privileged part.
+CREATE FUNCTION {schema}.enqueue_batch_traced(
+    p_jobs jsonb, p_trace_context jsonb, p_windowed boolean DEFAULT false
+)
 RETURNS TABLE (job_id bigint, created boolean)
 LANGUAGE plpgsql
 AS $$
@@ -33,7 +36,11 @@ BEGIN
     -- For this call only: the old value is put back (an error aborts the
     -- transaction or savepoint, which puts it back too).
     PERFORM pg_catalog.set_config('pgqueue.trace_context', coalesce(p_trace_context::text, ''), true);
-    RETURN QUERY SELECT b.job_id, b.created FROM {schema}.enqueue_batch(p_jobs) b;
+    IF p_windowed THEN
+        RETURN QUERY SELECT b.job_id, b.created FROM {schema}.enqueue_windowed(p_jobs) b;
+    ELSE
+        RETURN QUERY SELECT b.job_id, b.created FROM {schema}.enqueue_batch(p_jobs) b;
+    END IF;
     PERFORM pg_catalog.set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
 END;
 $$;
@@ -46,15 +53,15 @@ SELECT p.proname::text AS function,
        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee
 FROM pg_catalog.pg_proc p
 CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
-WHERE p.oid IN ('{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::regprocedure,
+WHERE p.oid IN ('{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval)'::regprocedure,
                 '{schema}.lease_jobs(text[], text, integer, integer, timestamptz)'::regprocedure)
   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner;
 
-DROP FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+DROP FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval);
 DROP FUNCTION {schema}.lease_jobs(text[], text, integer, integer, timestamptz);
 
 -- The SQL API takes a W3C traceparent ('00-<trace id>-<span id>-<flags>').
--- Same body as 0003 plus that parameter.
+-- Same body as 0007 plus that parameter.
 CREATE FUNCTION {schema}.enqueue(
     task         text,
     payload      jsonb DEFAULT '{}',
@@ -64,6 +71,8 @@ CREATE FUNCTION {schema}.enqueue(
     max_attempts integer DEFAULT NULL,
     dedup_key    text DEFAULT NULL,
     serial_key   text DEFAULT NULL,
+    dedup_window interval DEFAULT NULL,
+    debounce     interval DEFAULT NULL,
     traceparent  text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
@@ -74,58 +83,33 @@ DECLARE
     v_id      bigint;
     v_context text;
 BEGIN
-    IF task IS NULL OR btrim(task) = '' OR length(task) > 255 OR task ~ '[[:cntrl:]]' THEN
-        RAISE EXCEPTION 'pgqueue: invalid task name %', quote_literal(left(coalesce(task, 'NULL'), 80))
-            USING ERRCODE = '22023',
-                  HINT = 'task names are 1 to 255 characters without control characters';
-    END IF;
-    IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'pgqueue: invalid queue name %', quote_literal(left(coalesce(queue, 'NULL'), 140))
-            USING ERRCODE = '22023',
-                  HINT = 'queue names are 1 to 128 characters from A-Z a-z 0-9 _ . : -';
-    END IF;
-    IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
-        RAISE EXCEPTION 'pgqueue: payload must be a JSON object'
-            USING ERRCODE = '22023';
-    END IF;
-    IF jsonb_path_exists(payload,
-            'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
-        RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects'
-            USING ERRCODE = '22023';
-    END IF;
-    IF dedup_key = '' OR serial_key = '' THEN
-        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be NULL or non-empty'
-            USING ERRCODE = '22023';
-    END IF;
-    IF octet_length(dedup_key) > 1024 OR octet_length(serial_key) > 1024 THEN
-        RAISE EXCEPTION 'pgqueue: dedup_key and serial_key must be at most 1024 bytes'
-            USING ERRCODE = '22023';
-    END IF;
-    IF max_attempts IS NOT NULL AND max_attempts < 1 THEN
-        RAISE EXCEPTION 'pgqueue: max_attempts must be at least 1'
-            USING ERRCODE = '22023';
-    END IF;
-    IF priority IS NULL OR priority NOT BETWEEN -32768 AND 32767 THEN
-        RAISE EXCEPTION 'pgqueue: priority must be a smallint'
-            USING ERRCODE = '22023';
-    END IF;
     IF traceparent IS NOT NULL THEN
         IF traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
             RAISE EXCEPTION 'pgqueue: traceparent must be a W3C traceparent like 00-<32 hex>-<16 hex>-01, got %',
                     quote_literal(left(traceparent, 80))
                 USING ERRCODE = '22023';
         END IF;
-        -- Set for this call only: restored below (an error aborts the
-        -- transaction or savepoint, which restores it too).
+        -- Set for this call only: put back below (an error aborts the
+        -- transaction or savepoint, which puts it back too).
         v_context := current_setting('pgqueue.trace_context', true);
         PERFORM set_config('pgqueue.trace_context',
                            jsonb_build_object('traceparent', traceparent)::text, true);
     END IF;
-    SELECT b.job_id INTO v_id
-    FROM {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-        'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
-        'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
-        'dedup_key', dedup_key, 'serial_key', serial_key)))) AS b;
+    IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
+        PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
+        v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
+        IF v_id IS NOT NULL THEN
+            IF traceparent IS NOT NULL THEN
+                PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+            END IF;
+            RETURN v_id;
+        END IF;
+        IF debounce IS NOT NULL THEN
+            run_at := now() + debounce;
+        END IF;
+    END IF;
+    v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                   dedup_key, serial_key);
     IF traceparent IS NOT NULL THEN
         PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
     END IF;
@@ -270,7 +254,7 @@ END;
 $$;
 
 REVOKE EXECUTE ON FUNCTION
-    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text),
+    {schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval, text),
     {schema}.lease_jobs(text[], text, integer, integer, timestamptz)
 FROM PUBLIC;
 
@@ -281,7 +265,7 @@ BEGIN
     FOR v_grant IN SELECT function, grantee FROM pgqueue_0008_grants LOOP
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
                        CASE v_grant.function
-                           WHEN 'enqueue' THEN '{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, text)'
+                           WHEN 'enqueue' THEN '{schema}.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, interval, interval, text)'
                            ELSE '{schema}.lease_jobs(text[], text, integer, integer, timestamptz)'
                        END,
                        v_grant.grantee);

@@ -3,9 +3,11 @@
 -- a cap, beyond which the planner's statistics give an estimate).
 
 -- name: job_enqueue_batch_traced
--- enqueue_batch, storing the trace context (a JSON carrier) with every job.
+-- enqueue_batch (enqueue_windowed when %(windowed)s), storing the trace
+-- context (a JSON carrier) with every job.
 SELECT job_id, created
-FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb);
+FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
+                                   %(windowed)s::boolean);
 
 -- name: job_lease_observed
 -- job_lease plus, for metrics and tracing, how long each job waited between
