@@ -77,6 +77,7 @@ QueryName = Literal[
     "queue_delete",
     "schema_summary",
     "schema_drop",
+    "job_became_due",
     # telemetry (metrics, tracing) and doctor
     "job_enqueue_batch_traced",
     "job_lease_observed",

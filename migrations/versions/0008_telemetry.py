@@ -2,13 +2,13 @@
 and a traceparent parameter of the SQL enqueue().
 
 Revision ID: 0008
-Revises: 0007
+Revises: 0009
 """
 
 from pgqueue.migrate import run_migration_file
 
 revision = "0008"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

@@ -176,15 +176,12 @@ def _schema(schema: str, revision: str | None) -> Finding:
             expected=SCHEMA_REVISION,
         )
     if revision != SCHEMA_REVISION:
-        newer = revision > SCHEMA_REVISION
         return _finding(
             "migrations",
             "error",
             f'schema "{schema}" is at revision {revision}, this pgqueue needs {SCHEMA_REVISION}',
-            "the database was migrated by a newer pgqueue than this one"
-            if newer
-            else "the schema is older than this code: workers and producers may fail",
-            "upgrade this pgqueue to the version that migrated the database" if newer else fix,
+            "the schema and this code disagree: workers and producers may fail",
+            f"{fix} (or, if a newer pgqueue migrated the database, upgrade this one)",
             revision=revision,
             expected=SCHEMA_REVISION,
         )
