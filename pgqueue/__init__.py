@@ -57,6 +57,8 @@ from pgqueue.models import (
 )
 from pgqueue.retry import Backoff, Permanent, Retry
 from pgqueue.task import Task
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import Finding
 from pgqueue.version import __version__
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "DuplicateJob",
     "DuplicateSchedule",
     "Enqueued",
+    "Finding",
     "HealthCheck",
     "HealthReport",
     "InvalidCron",
@@ -99,6 +102,7 @@ __all__ = [
     "PoolExhausted",
     "QueueMetrics",
     "QueryFailed",
+    "QueueView",
     "ResultNotStored",
     "ResultTimeout",
     "ScheduleConflict",

@@ -79,6 +79,21 @@ QueryName = Literal[
     "schema_summary",
     "schema_drop",
     "job_became_due",
+    # telemetry (metrics, tracing) and doctor
+    "job_enqueue_batch_traced",
+    "job_lease_observed",
+    "metrics_queue_live",
+    "metrics_status_sample",
+    "metrics_status_estimates",
+    "metrics_workers_alive",
+    "doctor_transactions",
+    "doctor_prepared_transactions",
+    "doctor_replication_slots",
+    "doctor_tables",
+    "doctor_notify_queue",
+    "doctor_connections",
+    "doctor_backend",
+    "doctor_archive_backlog",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -463,7 +463,8 @@ def test_worker_role_uses_the_consumer_api_but_no_admin_operation(
             f"UPDATE pgqueue.jobs SET payload = '{{}}', task = 'other' WHERE id = {ids[1]}",
             "DELETE FROM pgqueue.jobs",
             "DELETE FROM pgqueue.job_attempts",
-            "INSERT INTO pgqueue.jobs_archive SELECT *, now() FROM pgqueue.jobs",
+            "INSERT INTO pgqueue.jobs_archive (id, status, run_at, queue, task, payload) "
+            "SELECT id, status, run_at, queue, task, payload FROM pgqueue.jobs",
             "UPDATE pgqueue.queues SET paused = true",
             "DELETE FROM pgqueue.schedules",
             "TRUNCATE pgqueue.workers",
