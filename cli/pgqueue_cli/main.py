@@ -183,6 +183,7 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
+app.command()(importlib.import_module("pgqueue_cli.dashboard").dashboard)
 
 
 def run() -> None:

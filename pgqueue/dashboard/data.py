@@ -1,0 +1,436 @@
+"""Everything the dashboard reads from the database, in one place.
+
+Each read is bounded however large the jobs table grows: counts stop at
+:data:`COUNT_CAP` (beyond it the planner's estimate is shown, marked
+approximate), lists are keyset pages through an index, aggregates sample the
+newest rows of one partial index. The statements live in
+``sql/queries/dashboard.sql``; the public App methods are used wherever one
+already does the job (job detail, explain, schedules, workers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption
+from pgqueue.models import Job, JobStatus
+from pgqueue.ops import Execute, Op
+from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
+from pgqueue.ops.maintenance import workers as worker_rows
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+COUNT_CAP = 10_000
+"""Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
+SEARCH_WINDOW = 20_000
+"""Rows a free-text search page reads at most (newest ids first)."""
+SAMPLE = 5_000
+"""Newest finished jobs per outcome that task statistics are computed over."""
+DEAD_GROUP_SAMPLE = 10_000
+"""Newest dead jobs the dead-letter groups are computed over."""
+PAGE_SIZE = 50
+
+CountKind = Literal["exact", "capped", "estimate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A count that may be capped or estimated (then shown as such)."""
+
+    value: int
+    kind: CountKind = "exact"
+
+    def __str__(self) -> str:
+        if self.kind == "capped":
+            return f"{self.value:,}+"
+        if self.kind == "estimate":
+            return "≈" + _short(self.value)
+        return f"{self.value:,}"
+
+
+def _short(value: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}".replace(".0", "")
+    return str(value)
+
+
+def _capped(value: int) -> Count:
+    return Count(COUNT_CAP, "capped") if value > COUNT_CAP else Count(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue on the overview and the queues page (the shape of
+    ``pgqueue status --json`` with counts that may be capped)."""
+
+    queue: str
+    queued: Count
+    scheduled: Count
+    running: Count
+    succeeded: Count
+    dead: Count
+    cancelled: Count
+    oldest_ready_age_seconds: float | None
+    paused: bool
+    concurrency_limit: int | None
+    rate_limit: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """``pgqueue status --json`` fields, plus which counts are approximate."""
+        counts = ("queued", "scheduled", "running", "succeeded", "dead", "cancelled")
+        out: dict[str, Any] = {"queue": self.queue}
+        out.update({name: getattr(self, name).value for name in counts})
+        out["oldest_ready_age_seconds"] = self.oldest_ready_age_seconds
+        out["paused"] = self.paused
+        out["concurrency_limit"] = self.concurrency_limit
+        out["rate_limit"] = self.rate_limit
+        out["approximate"] = {
+            name: getattr(self, name).kind for name in counts if getattr(self, name).kind != "exact"
+        }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of the jobs list; ``next_cursor`` continues it (None: the end).
+    A search page also says how far down it looked (``searched_to_id``)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+    searched_to_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Dead jobs sharing a task, an error code and a message fingerprint."""
+
+    task: str
+    error_code: str
+    fingerprint: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    sample_job_id: int
+    sample_message: str
+    queues: list[str]
+
+    @property
+    def key(self) -> str:
+        """The group's identity in URLs and forms."""
+        return json.dumps([self.task, self.error_code, self.fingerprint], separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """Run statistics of one task over the newest finished jobs."""
+
+    task: str
+    runs: int
+    succeeded: int
+    dead: int
+    success_rate: float | None
+    p50_duration_seconds: float | None
+    p95_duration_seconds: float | None
+    p50_wait_seconds: float | None
+    p95_wait_seconds: float | None
+    last_finished_at: datetime | None
+    last_error: str | None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+# --- operations (driven by App.database.run_async) ----------------------------
+
+
+def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
+    if limit is None or period_seconds is None:
+        return None
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if period_seconds >= size and period_seconds % size == 0:
+            return f"{limit}/{int(period_seconds // size)}{unit}"
+    return f"{limit}/{period_seconds:g}s"
+
+
+_ESTIMATES: dict[str, Any] = {
+    "scheduled": "dashboard_estimate_scheduled",
+    "dead": "dashboard_estimate_dead",
+    "cancelled": "dashboard_estimate_cancelled",
+    "succeeded": "dashboard_estimate_succeeded",
+}
+
+
+def _plan_rows(document: Any) -> int:
+    if isinstance(document, str):
+        document = json.loads(document)
+    return int(document[0]["Plan"]["Plan Rows"])
+
+
+def queues_op() -> Op[list[QueueRow]]:
+    """Every queue with its (capped or estimated) counts and controls."""
+    cap = COUNT_CAP + 1
+    rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
+    sample = yield Execute("dashboard_status_sample", {"cap": cap}, rows="dict")
+    per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
+    for r in sample:
+        per_status[r["status"]][r["queue"]] = int(r["n"])
+    counts: dict[str, dict[str, Count]] = {}
+    for status, by_queue in per_status.items():
+        seen = sum(by_queue.values())
+        if seen < cap:
+            counts[status] = {q: Count(n) for q, n in by_queue.items()}
+            continue
+        # The sample was cut off: the planner's total, shared out as sampled.
+        plan = yield Execute(_ESTIMATES[status], {}, fetch="one")
+        total = max(_plan_rows(plan[0]), seen)
+        counts[status] = {
+            q: Count(round(total * n / seen), "estimate") for q, n in by_queue.items()
+        }
+    out = []
+    for r in rows:
+        name = r["queue"]
+        out.append(
+            QueueRow(
+                queue=name,
+                queued=_capped(r["queued"]),
+                scheduled=counts["scheduled"].get(name, Count(0)),
+                running=_capped(r["running"]),
+                succeeded=counts["succeeded"].get(name, Count(0)),
+                dead=counts["dead"].get(name, Count(0)),
+                cancelled=counts["cancelled"].get(name, Count(0)),
+                oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
+                paused=r["paused"],
+                concurrency_limit=r["concurrency_limit"],
+                rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
+            )
+        )
+    return out
+
+
+def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int, int]]]:
+    """(minute epoch, succeeded, dead) for each of the last 60 minutes."""
+    rows = yield Execute("dashboard_throughput", {"cap": 200_000})
+    by_minute: dict[int, list[int]] = {}
+    for minute, outcome, n in rows:
+        by_minute.setdefault(int(minute), [0, 0])[0 if outcome == "succeeded" else 1] += int(n)
+    end = int((now or datetime.now().astimezone()).timestamp()) // 60 * 60
+    return [(m, *by_minute.get(m, [0, 0])) for m in range(end - 59 * 60, end + 60, 60)]  # type: ignore[misc]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The filters of the jobs list (and of bulk actions on what it matches)."""
+
+    queue: str | None = None
+    status: str | None = None
+    task: str | None = None
+    q: str | None = None
+
+    @classmethod
+    def parse(cls, values: Any) -> JobFilter:
+        """From query or form values; empty strings mean "any". Raises
+        InvalidOption naming a bad value."""
+
+        def get(name: str) -> str | None:
+            value = values.get(name)
+            return value.strip() or None if isinstance(value, str) else None
+
+        queue, status, task, q = get("queue"), get("status"), get("task"), get("q")
+        if queue is not None:
+            validation.queue_name(queue)
+        if task is not None:
+            validation.task_name(task)
+        if status is not None and status not in _STORED:
+            raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
+        if q is not None and len(q) > 200:
+            raise InvalidOption("search text is longer than 200 characters")
+        return cls(queue, status, task, q)
+
+    def params(self) -> dict[str, str]:
+        """The non-empty filters, for links and hidden form fields."""
+        return {
+            k: v
+            for k, v in (
+                ("queue", self.queue),
+                ("status", self.status),
+                ("task", self.task),
+                ("q", self.q),
+            )
+            if v
+        }
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def list_jobs_op(flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> Op[JobPage]:
+    """A keyset page of jobs, newest first (see dashboard.sql for the bounds)."""
+    before_id = decode_cursor(cursor) if cursor else None
+    stored, due = _STORED[flt.status] if flt.status else (None, None)
+    params: dict[str, Any] = {
+        "queue": flt.queue,
+        "task": flt.task,
+        "stored_statuses": stored,
+        "due": due,
+        "before_id": before_id,
+        "limit": limit + 1,
+    }
+    if stored is not None and flt.q is None:
+        rows = yield Execute("dashboard_job_list", params, rows="dict")
+        jobs = [job_from_row(r) for r in rows[:limit]]
+        return JobPage(jobs, encode_cursor(jobs[-1].id) if len(rows) > limit else None)
+    params["pattern"] = _like(flt.q) if flt.q else None
+    params["window"] = SEARCH_WINDOW
+    rows = yield Execute("dashboard_job_search", params, rows="dict")
+    jobs = [job_from_row(r) for r in rows[:limit]]
+    if len(rows) > limit:
+        return JobPage(jobs, encode_cursor(jobs[-1].id))
+    floor = yield Execute(
+        "dashboard_search_floor", {"before_id": before_id, "window": SEARCH_WINDOW}, fetch="one"
+    )
+    lowest, examined = floor if floor else (None, 0)
+    if lowest is None or examined < SEARCH_WINDOW or lowest <= 1:
+        return JobPage(jobs, None, lowest)
+    return JobPage(jobs, encode_cursor(lowest), lowest)
+
+
+def dead_groups_op() -> Op[tuple[list[DeadGroup], bool]]:
+    """Dead-letter groups over the newest dead jobs; True when the sample was full."""
+    rows = yield Execute("dashboard_dead_groups", {"cap": DEAD_GROUP_SAMPLE}, rows="dict")
+    groups = [DeadGroup(**r) for r in rows]
+    return groups, sum(g.count for g in groups) >= DEAD_GROUP_SAMPLE
+
+
+def parse_group_key(key: str) -> tuple[str, str, str]:
+    """(task, error code, fingerprint) from :attr:`DeadGroup.key`."""
+    try:
+        task, code, fingerprint = json.loads(key)
+        if not all(isinstance(v, str) for v in (task, code, fingerprint)):
+            raise ValueError(key)
+    except (ValueError, TypeError):
+        raise InvalidOption(f"invalid dead-letter group {key!r}") from None
+    return task, code, fingerprint
+
+
+def dead_group_batch_op(
+    group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
+) -> Op[tuple[list[int], tuple[datetime, int] | None]]:
+    """The ids of one group among the next ``scan`` dead jobs of its task, and
+    the cursor after them (None when the task has no more dead jobs)."""
+    task, code, fingerprint = group
+    rows = yield Execute(
+        "dashboard_dead_group_ids",
+        {
+            "task": task,
+            "after_finished": cursor[0] if cursor else None,
+            "after_id": cursor[1] if cursor else None,
+            "limit": scan,
+        },
+        rows="dict",
+    )
+    ids = [r["id"] for r in rows if r["error_code"] == code and r["fingerprint"] == fingerprint]
+    after = (rows[-1]["finished_at"], rows[-1]["id"]) if len(rows) == scan else None
+    return ids, after
+
+
+def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
+    """Cancel live jobs by id: (id, previous status, current status) each."""
+    rows = yield Execute("dashboard_cancel_many", {"job_ids": list(job_ids)})
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def task_stats_op() -> Op[list[TaskStats]]:
+    """Per-task statistics over the newest finished jobs."""
+    rows = yield Execute("dashboard_task_stats", {"cap": SAMPLE}, rows="dict")
+    out = []
+    for r in rows:
+        finished = r["succeeded"] + r["dead"]
+        out.append(
+            TaskStats(
+                **r,
+                success_rate=(r["succeeded"] / finished) if finished else None,
+            )
+        )
+    return out
+
+
+def change_mark_op() -> Op[tuple[Any, ...]]:
+    """A tuple that changes whenever jobs, queues or workers change."""
+    row = yield Execute("dashboard_change_mark", {}, fetch="one")
+    return tuple(row or ())
+
+
+def workers_alive_op(seconds: float) -> Op[int]:
+    row = yield Execute("dashboard_workers_alive", {"seconds": seconds}, fetch="one")
+    return int(row[0]) if row else 0
+
+
+# --- async facade --------------------------------------------------------------
+
+
+class Data:
+    """The dashboard's reads for one App (async)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def queues(self) -> list[QueueRow]:
+        return await self.app.database.run_async(queues_op())
+
+    async def throughput(self) -> list[tuple[int, int, int]]:
+        return await self.app.database.run_async(throughput_op())
+
+    async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
+        return await self.app.database.run_async(list_jobs_op(flt, cursor, limit))
+
+    async def job(self, job_id: int) -> tuple[Job, str]:
+        job = await self.app.get_job_async(job_id, history=True)
+        return job, await self.app.explain_async(job_id)
+
+    async def dead_groups(self) -> tuple[list[DeadGroup], bool]:
+        return await self.app.database.run_async(dead_groups_op())
+
+    async def tasks(self) -> list[TaskStats]:
+        stats = {s.task: s for s in await self.app.database.run_async(task_stats_op())}
+        for name, task in self.app.tasks.items():
+            defaults = self.app._task_defaults(name)
+            base = stats.get(name) or TaskStats(
+                name, 0, 0, 0, None, None, None, None, None, None, None
+            )
+            stats[name] = TaskStats(
+                **{
+                    **{f: getattr(base, f) for f in base.__dataclass_fields__},
+                    "queue": defaults.queue,
+                    "priority": defaults.priority,
+                    "max_attempts": defaults.max_attempts,
+                    "settings": {
+                        "lease_seconds": defaults.lease_seconds,
+                        "backoff": defaults.backoff,
+                        "callable": repr(task),
+                    },
+                }
+            )
+        return [stats[k] for k in sorted(stats)]
+
+    async def workers(self) -> list[dict[str, Any]]:
+        return await self.app.database.run_async(worker_rows())
+
+    async def workers_alive(self, seconds: float = 60.0) -> int:
+        return await self.app.database.run_async(workers_alive_op(seconds))
+
+    async def change_mark(self) -> tuple[Any, ...]:
+        return await self.app.database.run_async(change_mark_op())
+
+
+def visible_statuses() -> list[str]:
+    """The statuses the jobs filter offers."""
+    return [s.value for s in JobStatus]
