@@ -42,6 +42,8 @@ def test_every_page_renders_the_data_and_says_read_only(
         assert 'id="explain"' in detail
         assert "nightly" in c.get("/schedules").text
         assert "mail.send" in c.get("/tasks").text
+        # Read-only: the action buttons are shown disabled.
+        assert 'disabled title="read-only"' in c.get("/queues").text
 
 
 def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str, int]) -> None:
@@ -150,6 +152,9 @@ def test_token_login_cookie_bearer_and_401(
         login(c)
         assert c.get("/").status_code == 200
         assert "read-only-banner" not in c.get("/").text
+        # Every action form carries the CSRF token of the page.
+        queues_page = c.get("/queues").text
+        assert f'name="csrf_token" value="{csrf(c)}"' in queues_page
         # With the cookie, a POST without the CSRF token is refused.
         no_csrf = c.post(f"/actions/jobs/{seeded['queued']}/cancel")
         assert no_csrf.status_code == 403 and "CSRF" in no_csrf.text
