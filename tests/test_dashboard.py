@@ -367,3 +367,44 @@ def test_cli_without_the_extra_keeps_working_and_imports_nothing_of_it() -> None
     out = subprocess.run([sys.executable, "-c", "import json;" + code],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_live_updates_share_one_listener_and_coalesce(
+    app: pgqueue.App, job_factory: JobFactory
+) -> None:
+    import asyncio
+
+    from pgqueue.dashboard.live import LiveHub
+
+    async def run() -> tuple[int, list[int], int]:
+        hub = LiveHub(app, min_interval=0.2, mark_interval=0.5)
+        queues = [hub.subscribe() for _ in range(50)]
+        try:
+            await asyncio.sleep(0.5)  # the listener is up
+            # A burst of enqueues (each notifies) ...
+            for i in range(100):
+                await app.enqueue_async("burst", {"i": i}, queue="live")
+            got = await asyncio.wait_for(
+                asyncio.gather(*(q.get() for q in queues)), timeout=20
+            )
+            assert set(got) == {"refresh"}
+            row = job_factory.conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND (query LIKE 'LISTEN%' OR query LIKE '%newest_id%')"
+                " AND pid <> pg_backend_pid()"
+            ).fetchone()
+            listeners = row[0] if row else 0
+            # ... and an ack (no NOTIFY) is seen through the change mark.
+            job_factory.insert(task="quiet", status="succeeded")
+            again = await asyncio.wait_for(queues[0].get(), timeout=20)
+            assert again == "refresh"
+            return hub.connections_opened, [q.qsize() for q in queues], listeners
+        finally:
+            await hub.close()
+            await app.close_async()
+
+    opened, pending, listeners = asyncio.run(run())
+    assert opened == 1 and listeners == 1
+    # Coalesced: at most one refresh waits per browser, however many events.
+    assert max(pending) <= 1
+

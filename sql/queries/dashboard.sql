@@ -22,24 +22,28 @@ LIMIT 1000;
 
 -- name: dashboard_status_sample
 -- Per queue counts of scheduled, dead, cancelled and succeeded-in-the-last-hour
--- jobs among at most %(cap)s rows of each status (one partial index each);
+-- jobs among at most %(cap)s rows of each status (one partial index each, in
+-- its order, so that the planner never prefers a sequential scan);
 -- a status whose rows add up to %(cap)s was cut off and is estimated instead.
 SELECT 'scheduled' AS status, s.queue, count(*)::bigint AS n
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'scheduled' LIMIT %(cap)s) s
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'scheduled'
+      ORDER BY j.run_at LIMIT %(cap)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'dead', s.queue, count(*)::bigint
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'dead' LIMIT %(cap)s) s
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
+      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'cancelled', s.queue, count(*)::bigint
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled' LIMIT %(cap)s) s
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
+      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'succeeded', s.queue, count(*)::bigint
 FROM (SELECT j.queue FROM {schema}.jobs j
       WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
-      LIMIT %(cap)s) s
+      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
 GROUP BY s.queue;
 
 -- name: dashboard_estimate_scheduled
