@@ -478,6 +478,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "backlog": w_backlog,
     "xmin": w_xmin,
     "soak": w_soak,
+    "dashboard": __import__("benchmarks.dashboard", fromlist=["w_dashboard"]).w_dashboard,
 }
 
 ALIASES: dict[str, list[str]] = {

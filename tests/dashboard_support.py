@@ -15,11 +15,11 @@ pytest.importorskip("httpx", reason="httpx (the Starlette test client) is not in
 
 with warnings.catch_warnings():  # starlette asks for httpx2; httpx works the same here
     warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient  # noqa: E402
+    from starlette.testclient import TestClient
 
-import pgqueue  # noqa: E402
-from pgqueue.dashboard import create_app  # noqa: E402
-from tests.fixtures.factory import JobFactory  # noqa: E402
+import pgqueue
+from pgqueue.dashboard import create_app
+from tests.fixtures.factory import JobFactory
 
 TOKEN = "t0ken-for-tests"
 CSRF = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -45,7 +45,8 @@ def csrf(test_client: TestClient, path: str = "/") -> str:
 def login(test_client: TestClient, token: str = TOKEN) -> None:
     token_field = csrf(test_client, "/login")
     response = test_client.post(
-        "/login", data={"csrf_token": token_field, "token": token, "next": "/"},
+        "/login",
+        data={"csrf_token": token_field, "token": token, "next": "/"},
         follow_redirects=False,
     )
     assert response.status_code == 303, response.text
@@ -55,20 +56,28 @@ def seed(factory: JobFactory) -> dict[str, int]:
     """A small but varied jobs table: every status, two queues, errors."""
     ids = {
         "queued": factory.insert(task="mail.send", queue="mail", payload={"to": "a@example.com"}),
-        "scheduled": factory.insert(task="mail.send", queue="mail", status="scheduled",
-                                    run_at=3600.0),
+        "scheduled": factory.insert(
+            task="mail.send", queue="mail", status="scheduled", run_at=3600.0
+        ),
         "running": factory.insert(task="report.build", queue="reports", status="running"),
-        "succeeded": factory.insert(task="report.build", queue="reports", status="succeeded",
-                                    result={"rows": 3}),
+        "succeeded": factory.insert(
+            task="report.build", queue="reports", status="succeeded", result={"rows": 3}
+        ),
         "cancelled": factory.insert(task="mail.send", queue="mail", status="cancelled"),
     }
     for user in (17, 42, 99):
         ids[f"dead{user}"] = factory.insert(
-            task="mail.send", queue="mail", status="dead", attempts=5,
+            task="mail.send",
+            queue="mail",
+            status="dead",
+            attempts=5,
             last_error=f"KeyError: user {user} not found",
         )
     ids["dead_other"] = factory.insert(
-        task="report.build", queue="reports", status="dead", attempts=5,
+        task="report.build",
+        queue="reports",
+        status="dead",
+        attempts=5,
         last_error="TimeoutError: query took 31s",
     )
     return ids

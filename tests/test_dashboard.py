@@ -35,10 +35,12 @@ def test_every_page_renders_the_data_and_says_read_only(
             assert "PGQUEUE_DASHBOARD_TOKEN" in page.text, path
             assert page.headers["content-security-policy"].startswith("default-src 'self'")
         overview = c.get("/").text
-        assert "mail" in overview and "reports" in overview
+        assert "mail" in overview
+        assert "reports" in overview
         assert "<svg" in overview
         detail = c.get(f"/jobs/{seeded['dead17']}").text
-        assert "KeyError" in detail and "user 17 not found" in detail
+        assert "KeyError" in detail
+        assert "user 17 not found" in detail
         assert 'id="explain"' in detail
         assert "nightly" in c.get("/schedules").text
         assert "mail.send" in c.get("/tasks").text
@@ -50,13 +52,18 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
     with client(app) as c:
         queues = c.get("/api/queues").json()
         mail = next(q for q in queues if q["queue"] == "mail")
-        assert mail["queued"] == 1 and mail["scheduled"] == 1 and mail["dead"] == 3
-        assert mail["cancelled"] == 1 and mail["paused"] is False and mail["approximate"] == {}
+        assert mail["queued"] == 1
+        assert mail["scheduled"] == 1
+        assert mail["dead"] == 3
+        assert mail["cancelled"] == 1
+        assert mail["paused"] is False
+        assert mail["approximate"] == {}
         page = c.get("/api/jobs", params={"status": "dead", "queue": "mail"}).json()
         assert set(page) == {"jobs", "next_cursor"}
         assert {j["id"] for j in page["jobs"]} == {seeded[f"dead{u}"] for u in (17, 42, 99)}
         job = c.get(f"/api/jobs/{seeded['succeeded']}").json()
-        assert job["result"] == {"rows": 3} and job["status"] == "succeeded"
+        assert job["result"] == {"rows": 3}
+        assert job["status"] == "succeeded"
         assert isinstance(job["attempt_history"], list)
         groups = c.get("/api/dead").json()["groups"]
         assert sorted(g["count"] for g in groups) == [1, 3]
@@ -72,20 +79,24 @@ def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory
     job_factory.insert_many(120, task="a", queue="q1")
     job_factory.insert_many(30, task="b", queue="q2", status="dead", finished=True)
     needle = job_factory.insert(task="a", queue="q1", payload={"order": "needle-7731"})
-    failing = job_factory.insert(task="b", queue="q2", status="dead",
-                                 last_error="ValueError: bad haystack-99")
+    failing = job_factory.insert(
+        task="b", queue="q2", status="dead", last_error="ValueError: bad haystack-99"
+    )
     with client(app) as c:
         first = c.get("/api/jobs", params={"queue": "q1"}).json()
-        assert len(first["jobs"]) == 50 and first["jobs"][0]["id"] == needle
+        assert len(first["jobs"]) == 50
+        assert first["jobs"][0]["id"] == needle
         seen = [j["id"] for j in first["jobs"]]
         cursor = first["next_cursor"]
         while cursor:
             page = c.get("/api/jobs", params={"queue": "q1", "cursor": cursor}).json()
             seen += [j["id"] for j in page["jobs"]]
             cursor = page["next_cursor"]
-        assert len(seen) == 121 == len(set(seen)) and seen == sorted(seen, reverse=True)
+        assert len(seen) == 121 == len(set(seen))
+        assert seen == sorted(seen, reverse=True)
         dead = c.get("/api/jobs", params={"status": "dead", "task": "b"}).json()["jobs"]
-        assert len(dead) == 31 and all(j["status"] == "dead" for j in dead)
+        assert len(dead) == 31
+        assert all(j["status"] == "dead" for j in dead)
         found = c.get("/api/jobs", params={"q": "needle-7731"}).json()["jobs"]
         assert [j["id"] for j in found] == [needle]
         found = c.get("/api/jobs", params={"q": "haystack-99"}).json()["jobs"]
@@ -93,7 +104,8 @@ def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory
         # LIKE wildcards in the search text are literal.
         assert c.get("/api/jobs", params={"q": "%"}).json()["jobs"] == []
         listing = c.get("/jobs", params={"queue": "q1"}).text
-        assert 'id="next-page"' in listing and f"/jobs/{needle}" in listing
+        assert 'id="next-page"' in listing
+        assert f"/jobs/{needle}" in listing
         assert c.get("/jobs", params={"queue": "bad queue!"}).status_code == 400
 
 
@@ -132,7 +144,8 @@ def test_token_login_cookie_bearer_and_401(
 ) -> None:
     with client(app, token=TOKEN) as c:
         anonymous = c.get("/")
-        assert anonymous.status_code == 401 and 'name="token"' in anonymous.text
+        assert anonymous.status_code == 401
+        assert 'name="token"' in anonymous.text
         assert "mail.send" not in anonymous.text
         assert c.get("/api/queues").status_code == 401
         assert c.get("/api/queues", headers={"authorization": "Bearer nope"}).status_code == 401
@@ -143,12 +156,15 @@ def test_token_login_cookie_bearer_and_401(
         assert wrong.status_code == 401
         assert c.get("/").status_code == 401
         # A Bearer client needs no CSRF token and gets JSON.
-        paused = c.post(
-            "/actions/queues/mail/pause", headers={"authorization": f"Bearer {TOKEN}"}
+        paused = c.post("/actions/queues/mail/pause", headers={"authorization": f"Bearer {TOKEN}"})
+        assert paused.status_code == 200
+        assert paused.json()["paused"] is True
+        assert (
+            c.post(
+                "/actions/queues/mail/resume", headers={"authorization": "Bearer nope"}
+            ).status_code
+            == 401
         )
-        assert paused.status_code == 200 and paused.json()["paused"] is True
-        assert c.post("/actions/queues/mail/resume",
-                      headers={"authorization": "Bearer nope"}).status_code == 401
         login(c)
         assert c.get("/").status_code == 200
         assert "read-only-banner" not in c.get("/").text
@@ -157,7 +173,8 @@ def test_token_login_cookie_bearer_and_401(
         assert f'name="csrf_token" value="{csrf(c)}"' in queues_page
         # With the cookie, a POST without the CSRF token is refused.
         no_csrf = c.post(f"/actions/jobs/{seeded['queued']}/cancel")
-        assert no_csrf.status_code == 403 and "CSRF" in no_csrf.text
+        assert no_csrf.status_code == 403
+        assert "CSRF" in no_csrf.text
         forged = c.post(f"/actions/jobs/{seeded['queued']}/cancel", data={"csrf_token": "x" * 40})
         assert forged.status_code == 403
         assert status_of(job_factory, seeded["queued"]) == "queued"
@@ -172,7 +189,8 @@ def test_token_login_cookie_bearer_and_401(
             data={"csrf_token": csrf(c), "next": "/jobs"},
             follow_redirects=False,
         )
-        assert done.status_code == 303 and done.headers["location"].startswith("/jobs?flash=")
+        assert done.status_code == 303
+        assert done.headers["location"].startswith("/jobs?flash=")
         assert status_of(job_factory, seeded["queued"]) == "cancelled"
         # No open redirect through next=.
         away = c.post(
@@ -194,24 +212,30 @@ def test_authorize_callback_decides_each_action(app: pgqueue.App, seeded: dict[s
     with client(app, authorize=authorize) as c:
         token = csrf(c)
         assert c.post("/actions/queues/mail/pause", data={"csrf_token": token}).status_code == 403
-        ok = c.post("/actions/queues/mail/limits",
-                    data={"csrf_token": token, "concurrency": "4", "rate": "10/1m"},
-                    follow_redirects=False)
+        ok = c.post(
+            "/actions/queues/mail/limits",
+            data={"csrf_token": token, "concurrency": "4", "rate": "10/1m"},
+            follow_redirects=False,
+        )
         assert ok.status_code == 303
     assert asked == ["pause", "limits"]
     mail = app.metrics("mail")["mail"]
-    assert mail.paused is False and mail.concurrency_limit == 4 and mail.rate_limit == "10/1m"
+    assert mail.paused is False
+    assert mail.concurrency_limit == 4
+    assert mail.rate_limit == "10/1m"
 
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-def test_every_user_controlled_string_is_escaped(
-    app: pgqueue.App, job_factory: JobFactory
-) -> None:
+def test_every_user_controlled_string_is_escaped(app: pgqueue.App, job_factory: JobFactory) -> None:
     job_id = job_factory.insert(
-        task=f"task{XSS}", queue=f"queue{XSS}", status="dead", attempts=5,
-        payload={"name": XSS, XSS: 1}, last_error=f"Boom{XSS}: message {XSS}",
+        task=f"task{XSS}",
+        queue=f"queue{XSS}",
+        status="dead",
+        attempts=5,
+        payload={"name": XSS, XSS: 1},
+        last_error=f"Boom{XSS}: message {XSS}",
     )
     job_factory.insert_attempt(job_id, error_code="Boom", error_message=XSS) if hasattr(
         job_factory, "insert_attempt"
@@ -245,28 +269,46 @@ def test_bulk_actions_in_batches_with_progress(
                 step = c.post(
                     "/actions/jobs",
                     headers=auth,
-                    data={"action": "cancel", "scope": "filter", "queue": "bulkq",
-                          "task": "bulk", "cursor": cursor, "total": str(total)},
+                    data={
+                        "action": "cancel",
+                        "scope": "filter",
+                        "queue": "bulkq",
+                        "task": "bulk",
+                        "cursor": cursor,
+                        "total": str(total),
+                    },
                 ).json()
                 total, cursor = step["total"], step["cursor"]
                 if step["done"]:
                     break
                 assert rounds < 20
-        assert total == 1_100 and rounds == 3
+        assert total == 1_100
+        assert rounds == 3
         actions = [e for e in logs if e["event"] == "dashboard action"]
-        assert actions and actions[0]["who"].startswith("bearer@")
-        assert actions[0]["action"] == "bulk" and "bulkq" in actions[0]["target"]
+        assert actions
+        assert actions[0]["who"].startswith("bearer@")
+        assert actions[0]["action"] == "bulk"
+        assert "bulkq" in actions[0]["target"]
         assert sum(e["count"] for e in actions) == 1_100
-        counts = dict(job_factory.conn.execute(
-            "SELECT status::text, count(*) FROM pgqueue.jobs WHERE queue = 'bulkq' GROUP BY 1"
-        ).fetchall())
+        counts = dict(
+            job_factory.conn.execute(
+                "SELECT status::text, count(*) FROM pgqueue.jobs WHERE queue = 'bulkq' GROUP BY 1"
+            ).fetchall()
+        )
         assert counts == {"cancelled": 1_100, "queued": 1}
         assert status_of(job_factory, keep) == "queued"
         # Selected ids: replay two of them.
-        ids = [r[0] for r in job_factory.conn.execute(
-            "SELECT id FROM pgqueue.jobs WHERE task = 'bulk' ORDER BY id LIMIT 2").fetchall()]
-        replayed = c.post("/actions/jobs", headers=auth,
-                          data={"action": "replay", "job_id": [str(i) for i in ids]}).json()
+        ids = [
+            r[0]
+            for r in job_factory.conn.execute(
+                "SELECT id FROM pgqueue.jobs WHERE task = 'bulk' ORDER BY id LIMIT 2"
+            ).fetchall()
+        ]
+        replayed = c.post(
+            "/actions/jobs",
+            headers=auth,
+            data={"action": "replay", "job_id": [str(i) for i in ids]},
+        ).json()
         assert replayed["count"] == 2
         live = job_factory.conn.execute(
             "SELECT count(*) FROM pgqueue.jobs WHERE task = 'bulk' AND status = 'queued'"
@@ -283,11 +325,14 @@ def test_requeue_a_dead_letter_group(
         login(c)
         groups = c.get("/api/dead").json()["groups"]
         users = next(g for g in groups if g["task"] == "mail.send")
-        assert users["count"] == 3 and users["error_code"] == "KeyError"
+        assert users["count"] == 3
+        assert users["error_code"] == "KeyError"
         assert users["queues"] == ["mail"]
-        page = c.post("/actions/dead/requeue",
-                      data={"csrf_token": csrf(c, "/dead"), "group": users["key"]})
-        assert page.status_code == 200 and "done" in page.text
+        page = c.post(
+            "/actions/dead/requeue", data={"csrf_token": csrf(c, "/dead"), "group": users["key"]}
+        )
+        assert page.status_code == 200
+        assert "done" in page.text
     for user in (17, 42, 99):
         assert status_of(job_factory, seeded[f"dead{user}"]) == "queued"
     assert status_of(job_factory, seeded["dead_other"]) == "dead"
@@ -335,8 +380,10 @@ def test_queue_and_schedule_actions(app: pgqueue.App, seeded: dict[str, int]) ->
         assert app.metrics("mail")["mail"].paused is False
         bad = c.post("/actions/queues/mail/limits", headers=auth, data={"concurrency": "x"})
         assert bad.status_code == 400
-        assert c.post("/actions/schedules/hourly/disable", headers=auth).json()["schedule"][
-            "enabled"] is False
+        assert (
+            c.post("/actions/schedules/hourly/disable", headers=auth).json()["schedule"]["enabled"]
+            is False
+        )
         assert app.get_schedule("hourly").enabled is False
         assert c.post("/actions/schedules/hourly/enable", headers=auth).status_code == 200
         ran = c.post("/actions/schedules/hourly/run", headers=auth).json()
@@ -364,8 +411,9 @@ def test_cli_without_the_extra_keeps_working_and_imports_nothing_of_it() -> None
         " or m == 'pgqueue.dashboard'];"
         "print(json.dumps(bad))"
     )
-    out = subprocess.run([sys.executable, "-c", "import json;" + code],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import json;" + code], capture_output=True, text=True, check=True
+    )
     assert json.loads(out.stdout) == []
 
 
@@ -384,9 +432,7 @@ def test_live_updates_share_one_listener_and_coalesce(
             # A burst of enqueues (each notifies) ...
             for i in range(100):
                 await app.enqueue_async("burst", {"i": i}, queue="live")
-            got = await asyncio.wait_for(
-                asyncio.gather(*(q.get() for q in queues)), timeout=20
-            )
+            got = await asyncio.wait_for(asyncio.gather(*(q.get() for q in queues)), timeout=20)
             assert set(got) == {"refresh"}
             row = job_factory.conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -404,7 +450,7 @@ def test_live_updates_share_one_listener_and_coalesce(
             await app.close_async()
 
     opened, pending, listeners = asyncio.run(run())
-    assert opened == 1 and listeners == 1
+    assert opened == 1
+    assert listeners == 1
     # Coalesced: at most one refresh waits per browser, however many events.
     assert max(pending) <= 1
-

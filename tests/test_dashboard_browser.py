@@ -35,8 +35,11 @@ ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-SHOTS = Path(os.environ.get("PGQUEUE_SCREENSHOTS", Path(__file__).parent.parent / "build" /
-                            "dashboard-screenshots"))
+SHOTS = Path(
+    os.environ.get(
+        "PGQUEUE_SCREENSHOTS", Path(__file__).parent.parent / "build" / "dashboard-screenshots"
+    )
+)
 
 
 def _skip(reason: str) -> None:
@@ -73,9 +76,22 @@ def server(db_dsn: str) -> Iterator[str]:
     port = _free_port()
     env = {**os.environ, "PGQUEUE_DSN": db_dsn, "PGQUEUE_DASHBOARD_TOKEN": TOKEN}
     process = subprocess.Popen(
-        [sys.executable, "-m", "pgqueue_cli", "dashboard", "--port", str(port),
-         "--base-path", "/pgq", "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pgqueue_cli",
+            "dashboard",
+            "--port",
+            str(port),
+            "--base-path",
+            "/pgq",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}/pgq"
     try:
@@ -120,12 +136,19 @@ def test_dashboard_in_chromium(browser: Any, server: str, job_factory: JobFactor
     page.click("button[type=submit]")
     page.wait_for_selector("table#queues")
 
-    for path, name in (("/", "overview"), ("/jobs", "jobs"), ("/dead", "dead"),
-                       ("/queues", "queues"), ("/schedules", "schedules"),
-                       ("/workers", "workers"), ("/tasks", "tasks"),
-                       (f"/jobs/{ids['dead17']}", "job")):
+    for path, name in (
+        ("/", "overview"),
+        ("/jobs", "jobs"),
+        ("/dead", "dead"),
+        ("/queues", "queues"),
+        ("/schedules", "schedules"),
+        ("/workers", "workers"),
+        ("/tasks", "tasks"),
+        (f"/jobs/{ids['dead17']}", "job"),
+    ):
         response = page.goto(server + path)
-        assert response is not None and response.status == 200, path
+        assert response is not None, path
+        assert response.status == 200, path
         assert page.locator("header .brand").inner_text() == "pgqueue"
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
@@ -144,7 +167,8 @@ def test_dashboard_in_chromium(browser: Any, server: str, job_factory: JobFactor
     page.click("#next-page")
     page.wait_for_url("**cursor=**")
     second = page.locator("#jobs tbody tr td:nth-child(2)").all_inner_texts()
-    assert len(first) == 50 and len(second) == 50
+    assert len(first) == 50
+    assert len(second) == 50
     assert int(second[0]) < int(first[-1])
 
     # Open a job from the list.

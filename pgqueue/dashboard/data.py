@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 
 COUNT_CAP = 10_000
 """Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
-SEARCH_WINDOW = 20_000
+SEARCH_WINDOW = 5_000
 """Rows a free-text search page reads at most (newest ids first)."""
-SAMPLE = 5_000
+SAMPLE = 2_000
 """Newest finished jobs per outcome that task statistics are computed over."""
-DEAD_GROUP_SAMPLE = 10_000
+DEAD_GROUP_SAMPLE = 5_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
 
@@ -215,14 +215,34 @@ def queues_op() -> Op[list[QueueRow]]:
     return out
 
 
-def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int, int]]]:
-    """(minute epoch, succeeded, dead) for each of the last 60 minutes."""
-    rows = yield Execute("dashboard_throughput", {"cap": 200_000})
+THROUGHPUT_SAMPLE = 20_000
+"""Newest finished jobs per outcome the throughput chart counts at most."""
+
+
+def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int | None, int | None]]]:
+    """(minute epoch, succeeded, dead) for each of the last 60 minutes; None
+    for minutes older than what the capped sample reaches (too busy to count
+    cheaply)."""
+    rows = yield Execute("dashboard_throughput", {"cap": THROUGHPUT_SAMPLE})
     by_minute: dict[int, list[int]] = {}
+    seen = [0, 0]
+    oldest = [0, 0]  # per outcome: the oldest minute the sample reached
     for minute, outcome, n in rows:
-        by_minute.setdefault(int(minute), [0, 0])[0 if outcome == "succeeded" else 1] += int(n)
+        index = 0 if outcome == "succeeded" else 1
+        by_minute.setdefault(int(minute), [0, 0])[index] += int(n)
+        seen[index] += int(n)
+        oldest[index] = int(minute) if not oldest[index] else min(oldest[index], int(minute))
+    # A capped outcome is complete only after its oldest (partly read) minute.
+    floor = max((oldest[i] for i in (0, 1) if seen[i] >= THROUGHPUT_SAMPLE), default=0)
     end = int((now or datetime.now().astimezone()).timestamp()) // 60 * 60
-    return [(m, *by_minute.get(m, [0, 0])) for m in range(end - 59 * 60, end + 60, 60)]  # type: ignore[misc]
+    out: list[tuple[int, int | None, int | None]] = []
+    for m in range(end - 59 * 60, end + 60, 60):
+        if m <= floor:
+            out.append((m, None, None))
+        else:
+            ok, dead = by_minute.get(m, [0, 0])
+            out.append((m, ok, dead))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +406,7 @@ class Data:
     async def queues(self) -> list[QueueRow]:
         return await self.app.database.run_async(queues_op())
 
-    async def throughput(self) -> list[tuple[int, int, int]]:
+    async def throughput(self) -> list[tuple[int, int | None, int | None]]:
         return await self.app.database.run_async(throughput_op())
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:

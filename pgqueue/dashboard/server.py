@@ -51,6 +51,7 @@ from pgqueue.dashboard.data import (
     DEAD_GROUP_SAMPLE,
     SAMPLE,
     SEARCH_WINDOW,
+    THROUGHPUT_SAMPLE,
     Data,
     JobFilter,
     parse_group_key,
@@ -411,7 +412,12 @@ def create_app(
                 }
             )
         return dash.render(
-            request, "overview.html", queues=queues, chart=_chart(chart), cap=COUNT_CAP
+            request,
+            "overview.html",
+            queues=queues,
+            chart=_chart(chart),
+            cap=COUNT_CAP,
+            throughput_sample=THROUGHPUT_SAMPLE,
         )
 
     async def jobs(request: Request) -> Response:
@@ -797,12 +803,16 @@ def _describe(flt: JobFilter) -> str:
     return ", ".join(parts) or "no filter (every job)"
 
 
-def _chart(points: list[tuple[int, int, int]]) -> dict[str, Any]:
-    """Bars of an inline SVG: one per minute, succeeded stacked under dead."""
-    peak = max((s + f for _, s, f in points), default=0) or 1
+def _chart(points: list[tuple[int, int | None, int | None]]) -> dict[str, Any]:
+    """Bars of an inline SVG: one per minute, succeeded stacked under dead;
+    minutes past the counted sample are left out (and said so)."""
+    counted = [(m, s or 0, f or 0) for m, s, f in points if s is not None]
+    peak = max((s + f for _, s, f in counted), default=0) or 1
     width, height, bar = 600, 120, 10
     bars = []
     for i, (minute, ok, failed) in enumerate(points):
+        if ok is None or failed is None:
+            continue
         h_ok = round(height * ok / peak)
         h_dead = round(height * failed / peak)
         bars.append(
@@ -822,8 +832,9 @@ def _chart(points: list[tuple[int, int, int]]) -> dict[str, Any]:
         "height": height,
         "bar": bar - 2,
         "peak": peak,
-        "total_ok": sum(s for _, s, _ in points),
-        "total_dead": sum(f for _, _, f in points),
+        "minutes": len(counted),
+        "total_ok": sum(s for _, s, _ in counted),
+        "total_dead": sum(f for _, _, f in counted),
     }
 
 
