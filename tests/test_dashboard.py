@@ -237,9 +237,10 @@ def test_every_user_controlled_string_is_escaped(app: pgqueue.App, job_factory: 
         payload={"name": XSS, XSS: 1},
         last_error=f"Boom{XSS}: message {XSS}",
     )
-    job_factory.insert_attempt(job_id, error_code="Boom", error_message=XSS) if hasattr(
-        job_factory, "insert_attempt"
-    ) else None
+    job_factory.insert_attempt(
+        job_id, error_code=f"Boom{XSS}", error_message=XSS, traceback=f"Traceback {XSS}"
+    )
+    app.add_schedule(f"sched{XSS}"[:60], "0 3 * * *", f"task{XSS}")
     with client(app) as c:
         for path in (*PAGES, f"/jobs/{job_id}"):
             body = c.get(path).text
@@ -249,6 +250,7 @@ def test_every_user_controlled_string_is_escaped(app: pgqueue.App, job_factory: 
         assert html.escape("<script>") in detail or "&lt;script&gt;" in detail
         assert "&lt;script&gt;" in c.get("/dead").text
         assert "&lt;script&gt;" in c.get("/").text
+        assert "Traceback &lt;script&gt;" in detail
         assert "<script>" not in c.get("/metrics").text.split("\n", 1)[0]
 
 
