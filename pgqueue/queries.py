@@ -84,6 +84,7 @@ QueryName = Literal[
     "dashboard_task_stats",
     "dashboard_change_mark",
     "dashboard_workers_alive",
+    "dashboard_queue_names",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -456,3 +456,18 @@ def test_live_updates_share_one_listener_and_coalesce(
     assert listeners == 1
     # Coalesced: at most one refresh waits per browser, however many events.
     assert max(pending) <= 1
+
+
+def test_cli_rejects_a_bad_base_path_before_connecting() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pgqueue_cli", "dashboard", "--base-path", "/a b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--base-path must be a URL path" in result.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "pgqueue_cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "dashboard" in listed.stdout

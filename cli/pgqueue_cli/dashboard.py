@@ -79,6 +79,12 @@ def dashboard(
 
     configure_logging(log_level)
     mode = "read-only" if read_only or not os.environ.get(TOKEN_ENV) else "actions need the token"
+    if host not in ("127.0.0.1", "::1", "localhost") and not os.environ.get(TOKEN_ENV):
+        typer.echo(
+            f"warning: serving on {host} without {TOKEN_ENV}: anyone who reaches this port "
+            "can read every payload and error (actions stay disabled)",
+            err=True,
+        )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"pgqueue dashboard on http://{shown}:{port}{prefix}/ ({mode})", err=True)
     try:

@@ -32,7 +32,7 @@ SEARCH_WINDOW = 5_000
 """Rows a free-text search page reads at most (newest ids first)."""
 SAMPLE = 2_000
 """Newest finished jobs per outcome that task statistics are computed over."""
-DEAD_GROUP_SAMPLE = 5_000
+DEAD_GROUP_SAMPLE = 2_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
 
@@ -174,11 +174,15 @@ def _plan_rows(document: Any) -> int:
     return int(document[0]["Plan"]["Plan Rows"])
 
 
-def queues_op() -> Op[list[QueueRow]]:
-    """Every queue with its (capped or estimated) counts and controls."""
+def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
+    """Every queue with its (capped or estimated) counts and controls;
+    ``finished=False`` leaves the scheduled and finished counts at zero (the
+    queues page shows only what is live)."""
     cap = COUNT_CAP + 1
     rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
-    sample = yield Execute("dashboard_status_sample", {"cap": cap}, rows="dict")
+    sample = (
+        (yield Execute("dashboard_status_sample", {"cap": cap}, rows="dict")) if finished else []
+    )
     per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
     for r in sample:
         per_status[r["status"]][r["queue"]] = int(r["n"])
@@ -383,6 +387,11 @@ def task_stats_op() -> Op[list[TaskStats]]:
     return out
 
 
+def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
+    rows = yield Execute(query, params or {})
+    return list(rows)
+
+
 def change_mark_op() -> Op[tuple[Any, ...]]:
     """A tuple that changes whenever jobs, queues or workers change."""
     row = yield Execute("dashboard_change_mark", {}, fetch="one")
@@ -403,8 +412,12 @@ class Data:
     def __init__(self, app: App) -> None:
         self.app = app
 
-    async def queues(self) -> list[QueueRow]:
-        return await self.app.database.run_async(queues_op())
+    async def queues(self, finished: bool = True) -> list[QueueRow]:
+        return await self.app.database.run_async(queues_op(finished))
+
+    async def queue_names(self) -> list[str]:
+        rows = await self.app.database.run_async(_rows_op("dashboard_queue_names"))
+        return [r[0] for r in rows]
 
     async def throughput(self) -> list[tuple[int, int | None, int | None]]:
         return await self.app.database.run_async(throughput_op())

@@ -426,14 +426,14 @@ def create_app(
         page = await d.jobs(flt, cursor)
         if dash.wants_json(request):
             return JSONResponse(_jsonable({"jobs": page.jobs, "next_cursor": page.next_cursor}))
-        queues = await d.queues()
+        queue_names = await d.queue_names()
         return dash.render(
             request,
             "jobs.html",
             page=page,
             filter=flt,
             statuses=visible_statuses(),
-            queue_names=[q.queue for q in queues],
+            queue_names=queue_names,
             window=SEARCH_WINDOW,
             cursor=cursor,
             searching=flt.q is not None or flt.status is None,
@@ -471,7 +471,8 @@ def create_app(
         )
 
     async def queues_page(request: Request) -> Response:
-        queues = await d.queues()
+        # The page shows live counts only; the API answers like `pgqueue status --json`.
+        queues = await d.queues(finished=dash.wants_json(request))
         if dash.wants_json(request):
             return JSONResponse([q.as_json() for q in queues])
         return dash.render(request, "queues.html", queues=queues)

@@ -251,3 +251,7 @@ SELECT (SELECT max(id) FROM {schema}.jobs) AS newest_id,
 -- Workers whose heartbeat is younger than %(seconds)s.
 SELECT count(*)::bigint FROM {schema}.workers
 WHERE last_heartbeat_at > now() - make_interval(secs => %(seconds)s);
+
+-- name: dashboard_queue_names
+-- Queue names for the filters (the queues table, not the jobs).
+SELECT name FROM {schema}.queues ORDER BY name LIMIT 1000;
