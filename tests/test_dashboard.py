@@ -199,6 +199,9 @@ def test_token_login_cookie_bearer_and_401(
             follow_redirects=False,
         )
         assert away.headers["location"].startswith("/?flash=")
+        assert "replayed as job" in c.get(away.headers["location"]).text
+        # A crafted flash message (no signature) is not shown.
+        assert "Call 555" not in c.get("/", params={"flash": "Call 555", "sig": "x"}).text
         assert c.get("/healthz").status_code == 200  # probes need no token
 
 

@@ -108,6 +108,12 @@ class Guard:
             return False
         return hmac.compare_digest(submitted, self._sign("csrf:" + cookie))
 
+    def sign_flash(self, message: str) -> str:
+        return self._sign("flash:" + message)
+
+    def flash_ok(self, message: str, signature: str) -> bool:
+        return hmac.compare_digest(signature, self.sign_flash(message))
+
     def _sign(self, text: str) -> str:
         return hmac.new(self._key, text.encode(), hashlib.sha256).hexdigest()[:40]
 

@@ -181,7 +181,7 @@ class Dashboard:
             identity=identity,
             csrf_field=CSRF_FIELD,
             csrf_token=csrf,
-            flash=request.query_params.get("flash"),
+            flash=self._flash(request),
             version=pgqueue.__version__,
             **context,
         )
@@ -195,6 +195,15 @@ class Dashboard:
                 path=self._cookie_path(request),
             )
         return response
+
+    def _flash(self, request: Request) -> str | None:
+        """The message of the last action, only when this dashboard wrote it
+        (a crafted link cannot put words on the page)."""
+        message = request.query_params.get("flash")
+        signature = request.query_params.get("sig", "")
+        if message and self.guard.flash_ok(message, signature):
+            return message
+        return None
 
     @staticmethod
     def _cookie_path(request: Request) -> str:
@@ -323,7 +332,12 @@ class Dashboard:
             target = _safe_next(request, form)
             sep = "&" if "?" in target else "?"
             response = RedirectResponse(
-                target + sep + urlencode({"flash": outcome["message"]}), status_code=303
+                target
+                + sep
+                + urlencode(
+                    {"flash": outcome["message"], "sig": self.guard.sign_flash(outcome["message"])}
+                ),
+                status_code=303,
             )
         response.headers.update(SECURITY_HEADERS)
         return response
@@ -564,7 +578,6 @@ def create_app(
         return JSONResponse(
             {
                 "ok": ok,
-                "server_version": report.server_version,
                 "schema_revision": report.schema_revision,
                 "queues_ok": report.ok,
             },
