@@ -85,6 +85,7 @@ QueryName = Literal[
     "dashboard_change_mark",
     "dashboard_workers_alive",
     "dashboard_queue_names",
+    "dashboard_job_list_finished",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

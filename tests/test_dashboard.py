@@ -77,7 +77,7 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
 
 def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory) -> None:
     job_factory.insert_many(120, task="a", queue="q1")
-    job_factory.insert_many(30, task="b", queue="q2", status="dead", finished=True)
+    job_factory.insert_many(80, task="b", queue="q2", status="dead", finished=True)
     needle = job_factory.insert(task="a", queue="q1", payload={"order": "needle-7731"})
     failing = job_factory.insert(
         task="b", queue="q2", status="dead", last_error="ValueError: bad haystack-99"
@@ -94,8 +94,17 @@ def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory
             cursor = page["next_cursor"]
         assert len(seen) == 121 == len(set(seen))
         assert seen == sorted(seen, reverse=True)
-        dead = c.get("/api/jobs", params={"status": "dead", "task": "b"}).json()["jobs"]
-        assert len(dead) == 31
+        # Finished jobs page by finish time (ties broken by id), newest first.
+        page = c.get("/api/jobs", params={"status": "dead", "task": "b"}).json()
+        dead = page["jobs"]
+        while page["next_cursor"]:
+            page = c.get(
+                "/api/jobs", params={"status": "dead", "task": "b", "cursor": page["next_cursor"]}
+            ).json()
+            dead += page["jobs"]
+        assert len(dead) == 81
+        assert len({j["id"] for j in dead}) == 81
+        assert dead[0]["id"] == failing
         assert all(j["status"] == "dead" for j in dead)
         found = c.get("/api/jobs", params={"q": "needle-7731"}).json()["jobs"]
         assert [j["id"] for j in found] == [needle]

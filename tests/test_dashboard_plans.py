@@ -17,7 +17,28 @@ NOW = datetime.now(UTC)
 
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     ("dashboard_queues", {"cap": 10_001}, {"jobs_ready_idx", "jobs_running_idx"}),
-    ("dashboard_status_sample", {"cap": 10_001}, {"jobs_scheduled_idx", "jobs_finished_idx"}),
+    (
+        "dashboard_status_sample",
+        {
+            "cap_scheduled": 10_001,
+            "cap_dead": 10_001,
+            "cap_cancelled": 1_000,
+            "cap_succeeded": 1_000,
+        },
+        {"jobs_scheduled_idx", "jobs_finished_idx"},
+    ),
+    (
+        "dashboard_job_list_finished",
+        {
+            "status": "succeeded",
+            "queue": "reports",
+            "task": None,
+            "before_finished": NOW,
+            "before_id": 10,
+            "limit": 51,
+        },
+        {"jobs_finished_idx"},
+    ),
     ("dashboard_throughput", {"cap": 200_000}, {"jobs_finished_idx"}),
     (
         "dashboard_job_list",

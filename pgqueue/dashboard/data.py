@@ -10,6 +10,7 @@ already does the job (job detail, explain, schedules, workers).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ SAMPLE = 2_000
 DEAD_GROUP_SAMPLE = 2_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
+SHARE_SAMPLE = 1_000
+"""Rows sampled for per-queue shares of a status the planner expects to be huge."""
 
 CountKind = Literal["exact", "capped", "estimate"]
 
@@ -180,8 +183,24 @@ def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
     queues page shows only what is live)."""
     cap = COUNT_CAP + 1
     rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
+    estimates: dict[str, int] = {}
+    caps: dict[str, int] = {}
+    for status, query in _ESTIMATES.items():
+        if not finished:
+            caps[status] = 0
+            continue
+        plan = yield Execute(query, {}, fetch="one")
+        estimates[status] = _plan_rows(plan[0])
+        # Far past the cap: a small sample gives the shares, the planner the total.
+        caps[status] = SHARE_SAMPLE if estimates[status] > 4 * COUNT_CAP else cap
     sample = (
-        (yield Execute("dashboard_status_sample", {"cap": cap}, rows="dict")) if finished else []
+        (
+            yield Execute(
+                "dashboard_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
+            )
+        )
+        if finished
+        else []
     )
     per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
     for r in sample:
@@ -189,12 +208,11 @@ def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
     counts: dict[str, dict[str, Count]] = {}
     for status, by_queue in per_status.items():
         seen = sum(by_queue.values())
-        if seen < cap:
+        if not finished or seen < caps[status]:
             counts[status] = {q: Count(n) for q, n in by_queue.items()}
             continue
         # The sample was cut off: the planner's total, shared out as sampled.
-        plan = yield Execute(_ESTIMATES[status], {}, fetch="one")
-        total = max(_plan_rows(plan[0]), seen)
+        total = max(estimates[status], seen)
         counts[status] = {
             q: Count(round(total * n / seen), "estimate") for q, n in by_queue.items()
         }
@@ -296,9 +314,31 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+FINISHED = ("succeeded", "dead", "cancelled")
+
+
+def _encode_finished_cursor(finished_at: datetime | None, job_id: int) -> str:
+    text = f"f:{finished_at.isoformat() if finished_at else ''}|{job_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_finished_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, rest = text.partition(":")
+        when, _, job_id = rest.partition("|")
+        if kind != "f":
+            raise ValueError(kind)
+        return datetime.fromisoformat(when), int(job_id)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidOption(
+            f"invalid cursor {cursor!r}: pass a next_cursor of the same listing"
+        ) from None
+
+
 def list_jobs_op(flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> Op[JobPage]:
     """A keyset page of jobs, newest first (see dashboard.sql for the bounds)."""
-    before_id = decode_cursor(cursor) if cursor else None
+    before_id = decode_cursor(cursor) if cursor and flt.status not in FINISHED else None
     stored, due = _STORED[flt.status] if flt.status else (None, None)
     params: dict[str, Any] = {
         "queue": flt.queue,
@@ -308,6 +348,25 @@ def list_jobs_op(flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> 
         "before_id": before_id,
         "limit": limit + 1,
     }
+    if flt.status in FINISHED and flt.q is None:
+        after = _decode_finished_cursor(cursor) if cursor else None
+        rows = yield Execute(
+            "dashboard_job_list_finished",
+            {
+                "status": flt.status,
+                "queue": flt.queue,
+                "task": flt.task,
+                "before_finished": after[0] if after else None,
+                "before_id": after[1] if after else None,
+                "limit": limit + 1,
+            },
+            rows="dict",
+        )
+        jobs = [job_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit and jobs[-1].finished_at is not None
+        return JobPage(
+            jobs, _encode_finished_cursor(jobs[-1].finished_at, jobs[-1].id) if more else None
+        )
     if stored is not None and flt.q is None:
         rows = yield Execute("dashboard_job_list", params, rows="dict")
         jobs = [job_from_row(r) for r in rows[:limit]]

@@ -22,28 +22,29 @@ LIMIT 1000;
 
 -- name: dashboard_status_sample
 -- Per queue counts of scheduled, dead, cancelled and succeeded-in-the-last-hour
--- jobs among at most %(cap)s rows of each status (one partial index each, in
--- its order, so that the planner never prefers a sequential scan);
--- a status whose rows add up to %(cap)s was cut off and is estimated instead.
+-- jobs among at most cap_<status> rows of each (one partial index each, in
+-- its order, so that the planner never prefers a sequential scan); a status
+-- whose rows add up to its cap was cut off and is estimated instead (the
+-- caller passes a small cap where the planner already expects many rows).
 SELECT 'scheduled' AS status, s.queue, count(*)::bigint AS n
 FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'scheduled'
-      ORDER BY j.run_at LIMIT %(cap)s) s
+      ORDER BY j.run_at LIMIT %(cap_scheduled)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'dead', s.queue, count(*)::bigint
 FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
-      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
+      ORDER BY j.finished_at DESC LIMIT %(cap_dead)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'cancelled', s.queue, count(*)::bigint
 FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
-      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
+      ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s) s
 GROUP BY s.queue
 UNION ALL
 SELECT 'succeeded', s.queue, count(*)::bigint
 FROM (SELECT j.queue FROM {schema}.jobs j
       WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
-      ORDER BY j.finished_at DESC LIMIT %(cap)s) s
+      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s) s
 GROUP BY s.queue;
 
 -- name: dashboard_estimate_scheduled
@@ -255,3 +256,20 @@ WHERE last_heartbeat_at > now() - make_interval(secs => %(seconds)s);
 -- name: dashboard_queue_names
 -- Queue names for the filters (the queues table, not the jobs).
 SELECT name FROM {schema}.queues ORDER BY name LIMIT 1000;
+
+-- name: dashboard_job_list_finished
+-- A keyset page of finished jobs of one status, most recently finished first,
+-- straight down the finished index (however rare that status is).
+SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result
+FROM {schema}.jobs j
+WHERE j.status = %(status)s::{schema}.job_status
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR j.finished_at <= %(before_finished)s::timestamptz)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR (j.finished_at, j.id) < (%(before_finished)s::timestamptz, %(before_id)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s;
