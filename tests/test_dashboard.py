@@ -483,3 +483,37 @@ def test_cli_rejects_a_bad_base_path_before_connecting() -> None:
         [sys.executable, "-m", "pgqueue_cli", "--help"], capture_output=True, text=True, timeout=60
     )
     assert "dashboard" in listed.stdout
+
+
+def test_html_progress_continues_until_done(
+    app: pgqueue.App, job_factory: JobFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from pgqueue.dashboard import actions
+
+    monkeypatch.setattr(actions, "TIME_BUDGET", 0.0)  # one batch per request
+    monkeypatch.setattr(actions, "BATCH", 200)
+    job_factory.insert_many(450, task="many", queue="m", status="dead", finished=True)
+    with client(app, token=TOKEN) as c:
+        login(c)
+        group = next(g for g in c.get("/api/dead").json()["groups"] if g["task"] == "many")
+        fields = {"csrf_token": csrf(c, "/dead"), "group": group["key"], "next": "/dead"}
+        pages = 0
+        while True:
+            pages += 1
+            page = c.post("/actions/dead/requeue", data=fields, headers={"hx-request": "true"})
+            assert page.status_code == 200
+            if 'id="progress-back"' in page.text:
+                break
+            assert 'hx-trigger="load' in page.text
+            form = page.text[page.text.index('id="progress"') :]
+            found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)
+            fields = {k: html.unescape(v) for k, v in found}
+            assert pages < 10
+        assert "450 jobs so far" in page.text
+    assert pages == 3
+    left = job_factory.conn.execute(
+        "SELECT count(*) FROM pgqueue.jobs WHERE task = 'many' AND status = 'dead'"
+    ).fetchone()
+    assert left == (0,)

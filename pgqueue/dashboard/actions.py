@@ -79,13 +79,20 @@ def _effective_filter(action: str, flt: JobFilter) -> JobFilter:
 
 
 async def act_on_filter(
-    app: App, action: str, flt: JobFilter, cursor: str | None, total: int, *, batch: int = BATCH
+    app: App,
+    action: str,
+    flt: JobFilter,
+    cursor: str | None,
+    total: int,
+    *,
+    batch: int | None = None,
 ) -> Progress:
     """Apply ``action`` to the jobs the filter matches, newest first, from
     ``cursor`` on, for at most TIME_BUDGET seconds."""
     if action not in ACTIONS:
         raise InvalidOption(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
     flt = _effective_filter(action, flt)
+    batch = batch or BATCH
     deadline = time.monotonic() + TIME_BUDGET
     processed = skipped = 0
     while True:
@@ -117,10 +124,16 @@ def _decode_group_cursor(value: str | None) -> tuple[datetime, int] | None:
 
 
 async def requeue_group(
-    app: App, group: tuple[str, str, str], cursor: str | None, total: int, *, batch: int = BATCH
+    app: App,
+    group: tuple[str, str, str],
+    cursor: str | None,
+    total: int,
+    *,
+    batch: int | None = None,
 ) -> Progress:
     """Requeue the dead jobs of one dead-letter group, newest first."""
     after = _decode_group_cursor(cursor)
+    batch = batch or BATCH
     deadline = time.monotonic() + TIME_BUDGET
     processed = skipped = 0
     while True:
