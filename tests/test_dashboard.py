@@ -517,3 +517,19 @@ def test_html_progress_continues_until_done(
         "SELECT count(*) FROM pgqueue.jobs WHERE task = 'many' AND status = 'dead'"
     ).fetchone()
     assert left == (0,)
+
+
+def test_sessions_expire_and_cannot_be_forged(app: pgqueue.App) -> None:
+    import time
+
+    with client(app, token=TOKEN) as c:
+        guard = c.app.state.dashboard.guard  # type: ignore[attr-defined]
+        c.cookies.set("pgqueue_session", guard.session_value(now=time.time() - 13 * 3600))
+        assert c.get("/").status_code == 401
+        fresh = guard.session_value()
+        body, _, signature = fresh.rpartition(".")
+        nonce, _, expires = body.partition(".")
+        c.cookies.set("pgqueue_session", f"{nonce}.{int(expires) + 10**6}.{signature}")
+        assert c.get("/").status_code == 401
+        c.cookies.set("pgqueue_session", fresh)
+        assert c.get("/").status_code == 200

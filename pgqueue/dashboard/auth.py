@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ from typing import Any
 from starlette.requests import Request
 
 SESSION_COOKIE = "pgqueue_session"
+SESSION_SECONDS = 12 * 3600
+"""How long a login lasts."""
 CSRF_COOKIE = "pgqueue_csrf"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
@@ -62,9 +65,11 @@ class Guard:
     def login_required(self) -> bool:
         return self.token is not None
 
-    def session_value(self) -> str:
-        nonce = secrets.token_urlsafe(16)
-        return f"{nonce}.{self._sign('session:' + nonce)}"
+    def session_value(self, now: float | None = None) -> str:
+        """A new session: nonce, expiry (unix seconds) and their signature."""
+        expires = int((time.time() if now is None else now) + SESSION_SECONDS)
+        body = f"{secrets.token_urlsafe(16)}.{expires}"
+        return f"{body}.{self._sign('session:' + body)}"
 
     def check_token(self, given: str) -> bool:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
@@ -79,9 +84,14 @@ class Guard:
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and self.check_token(value.strip()):
             return Identity("bearer", client)
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        nonce, _, signature = cookie.partition(".")
-        if nonce and hmac.compare_digest(signature, self._sign("session:" + nonce)):
+        body, _, signature = request.cookies.get(SESSION_COOKIE, "").rpartition(".")
+        _, _, expires = body.partition(".")
+        if (
+            body
+            and hmac.compare_digest(signature, self._sign("session:" + body))
+            and expires.isdigit()
+            and int(expires) > time.time()
+        ):
             return Identity("cookie", client)
         return Identity(None, client)
 

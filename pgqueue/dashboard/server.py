@@ -68,6 +68,7 @@ log = structlog.get_logger("pgqueue.dashboard")
 
 HERE = Path(__file__).parent
 TOKEN_ENV = "PGQUEUE_DASHBOARD_TOKEN"
+LOGIN_FAILURE_DELAY = 0.5
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -193,6 +194,7 @@ class Dashboard:
                 httponly=True,
                 samesite="strict",
                 path=self._cookie_path(request),
+                secure=request.url.scheme == "https",
             )
         return response
 
@@ -535,6 +537,7 @@ def create_app(
         given = form.get("token")
         if not guard.login_required or not isinstance(given, str) or not guard.check_token(given):
             log.warning("dashboard login refused", who=request.state.identity.who)
+            await asyncio.sleep(LOGIN_FAILURE_DELAY)  # slows down guessing
             response = dash.render(
                 request,
                 "login.html",
