@@ -533,3 +533,27 @@ def test_sessions_expire_and_cannot_be_forged(app: pgqueue.App) -> None:
         assert c.get("/").status_code == 401
         c.cookies.set("pgqueue_session", fresh)
         assert c.get("/").status_code == 200
+
+
+def test_concurrent_page_reads_share_one_database_read(
+    app: pgqueue.App, seeded: dict[str, int]
+) -> None:
+    import asyncio
+
+    from pgqueue.dashboard.data import Data
+
+    data = Data(app, ttl=30.0)
+
+    async def run() -> tuple[int, int]:
+        try:
+            await asyncio.gather(*(data.queues() for _ in range(50)))
+            first = data.reads
+            data.invalidate()  # what an action does
+            await data.queues()
+            return first, data.reads
+        finally:
+            await app.close_async()
+
+    first, after = asyncio.run(run())
+    assert first == 1
+    assert after == 2

@@ -176,6 +176,27 @@ def test_dashboard_in_chromium(browser: Any, server: str, job_factory: JobFactor
     page.wait_for_selector("#payload")
     assert f"Job {second[0]}" in page.locator("h1").inner_text()
 
+    # Cancel two selected jobs, then everything the filter still matches.
+    page.goto(server + "/jobs?queue=bulk")
+    boxes = page.locator("#jobs tbody input[name=job_id]")
+    chosen = [int(boxes.nth(i).get_attribute("value") or 0) for i in (0, 1)]
+    boxes.nth(0).check()
+    boxes.nth(1).check()
+    page.select_option("#bulk select[name=action]", "cancel")
+    page.click("#bulk button[value=selected]")
+    page.wait_for_selector(".flash")
+    assert "2 of 2 selected" in page.locator(".flash").inner_text()
+    assert [job_factory.row(i)["status"] for i in chosen] == ["cancelled", "cancelled"]
+    page.goto(server + "/jobs?queue=bulk&status=queued")
+    page.select_option("#bulk select[name=action]", "cancel")
+    page.click("#bulk button[value=filter]")
+    page.wait_for_selector("#progress-back")
+    assert "118 jobs so far" in page.locator("#progress-count").inner_text()
+    left = job_factory.conn.execute(
+        "SELECT count(*) FROM pgqueue.jobs WHERE queue = 'bulk' AND status <> 'cancelled'"
+    ).fetchone()
+    assert left == (0,)
+
     # Requeue a dead-letter group: the three "user N not found" jobs.
     page.goto(server + "/dead")
     row = page.locator("#dead-groups tbody tr", has_text="mail.send")

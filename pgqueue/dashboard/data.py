@@ -10,12 +10,13 @@ already does the job (job detail, explain, schedules, workers).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
@@ -26,6 +27,8 @@ from pgqueue.ops.maintenance import workers as worker_rows
 
 if TYPE_CHECKING:
     from pgqueue.app import App
+
+T = TypeVar("T")
 
 COUNT_CAP = 10_000
 """Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
@@ -466,33 +469,65 @@ def workers_alive_op(seconds: float) -> Op[int]:
 
 
 class Data:
-    """The dashboard's reads for one App (async)."""
+    """The dashboard's reads for one App (async).
 
-    def __init__(self, app: App) -> None:
+    Reads of the list pages are shared for ``ttl`` seconds and never run
+    twice at once: when a live update makes a hundred browsers refresh the
+    same page, the database answers once. Any action clears the cache
+    (:meth:`invalidate`), so its effect shows on the next page.
+    """
+
+    def __init__(self, app: App, ttl: float = 1.0) -> None:
         self.app = app
+        self.ttl = ttl
+        self._cache: dict[Hashable, tuple[float, Any]] = {}
+        self._locks: dict[Hashable, asyncio.Lock] = {}
+        self.reads = 0  # database reads done (cache misses), for tests
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    async def _shared(self, key: Hashable, op: Callable[[], Op[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > loop.time():
+            return cast(T, hit[1])
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] > loop.time():
+                return cast(T, hit[1])
+            self.reads += 1
+            value = await self.app.database.run_async(op())
+            if len(self._cache) > 1000:  # many distinct filters: start over
+                self._cache.clear()
+            self._cache[key] = (loop.time() + self.ttl, value)
+            return value
 
     async def queues(self, finished: bool = True) -> list[QueueRow]:
-        return await self.app.database.run_async(queues_op(finished))
+        return await self._shared(("queues", finished), lambda: queues_op(finished))
 
     async def queue_names(self) -> list[str]:
-        rows = await self.app.database.run_async(_rows_op("dashboard_queue_names"))
+        rows = await self._shared("queue_names", lambda: _rows_op("dashboard_queue_names"))
         return [r[0] for r in rows]
 
     async def throughput(self) -> list[tuple[int, int | None, int | None]]:
-        return await self.app.database.run_async(throughput_op())
+        return await self._shared("throughput", throughput_op)
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
-        return await self.app.database.run_async(list_jobs_op(flt, cursor, limit))
+        return await self._shared(
+            ("jobs", flt, cursor, limit), lambda: list_jobs_op(flt, cursor, limit)
+        )
 
     async def job(self, job_id: int) -> tuple[Job, str]:
         job = await self.app.get_job_async(job_id, history=True)
         return job, await self.app.explain_async(job_id)
 
     async def dead_groups(self) -> tuple[list[DeadGroup], bool]:
-        return await self.app.database.run_async(dead_groups_op())
+        return await self._shared("dead_groups", dead_groups_op)
 
     async def tasks(self) -> list[TaskStats]:
-        stats = {s.task: s for s in await self.app.database.run_async(task_stats_op())}
+        stats = {s.task: s for s in await self._shared("tasks", task_stats_op)}
         for name, task in self.app.tasks.items():
             defaults = self.app._task_defaults(name)
             base = stats.get(name) or TaskStats(
@@ -514,7 +549,7 @@ class Data:
         return [stats[k] for k in sorted(stats)]
 
     async def workers(self) -> list[dict[str, Any]]:
-        return await self.app.database.run_async(worker_rows())
+        return await self._shared("workers", worker_rows)
 
     async def workers_alive(self, seconds: float = 60.0) -> int:
         return await self.app.database.run_async(workers_alive_op(seconds))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
@@ -31,8 +32,16 @@ log = logging.getLogger("pgqueue.dashboard")
 class LiveHub:
     """Fans one LISTEN connection out to any number of browser streams."""
 
-    def __init__(self, app: App, *, min_interval: float = 0.5, mark_interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        app: App,
+        *,
+        min_interval: float = 0.5,
+        mark_interval: float = 2.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.app = app
+        self.on_change = on_change  # e.g. drop cached page data before browsers refetch
         self.min_interval = min_interval
         self.mark_interval = mark_interval
         self._clients: set[asyncio.Queue[str]] = set()
@@ -67,6 +76,8 @@ class LiveHub:
             self._task = None
 
     def _broadcast(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
         for queue in self._clients:
             if queue.empty():  # coalesce: one pending refresh is enough
                 queue.put_nowait("refresh")

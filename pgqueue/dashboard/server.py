@@ -150,7 +150,7 @@ class Dashboard:
         self.app = app
         self.guard = guard
         self.data = Data(app)
-        self.live = LiveHub(app)
+        self.live = LiveHub(app, on_change=self.data.invalidate)
         self.env = _environment()
 
     # --- plumbing ------------------------------------------------------------
@@ -296,6 +296,8 @@ class Dashboard:
                 return self.error(request, 400, str(exc))
             except PgQueueError as exc:
                 return self.error(request, 409, str(exc))
+            finally:
+                self.data.invalidate()  # what the action changed shows on the next page
             log.info(
                 "dashboard action",
                 who=identity.who,
