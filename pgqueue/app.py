@@ -31,6 +31,7 @@ from pgqueue.models import (
 )
 from pgqueue.ops import (
     DEFAULT_TASK,
+    Op,
     OpContext,
     TaskDefaults,
     admin,
@@ -413,17 +414,21 @@ class App:
         return await self.database.run_async(inspect.explain(job_id))
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
-        """The job's stored return value, waiting (via NOTIFY) until it
-        finishes. Raises JobFailed (dead), JobCancelled, or ResultTimeout."""
-        return self.database.run(inspect.result(job_id, timeout, self._result_poll))
+        """The job's stored return value, waiting (via NOTIFY, or polling when
+        the App has ``listen=False``) until it finishes; no pooled connection
+        is held while waiting. Raises JobFailed (dead), JobCancelled, or
+        ResultTimeout."""
+        return self.database.run_released(self._result_op(job_id, timeout))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """Async twin of :meth:`result`."""
-        return await self.database.run_async(inspect.result(job_id, timeout, self._result_poll))
+        return await self.database.run_released_async(self._result_op(job_id, timeout))
 
-    @property
-    def _result_poll(self) -> float:
-        return 1.0 if self.listen else 0.2
+    def _result_op(self, job_id: int, timeout: float | None) -> Op[Any]:
+        # Waits hold no pooled connection; with listen=True on one LISTEN
+        # connection of their own (see Database.run_released).
+        poll = 1.0 if self.listen else 0.2
+        return inspect.result(job_id, timeout, poll, listen=self.listen)
 
     # --- administration ----------------------------------------------------------
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import select
 import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -23,10 +26,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue.errors import (
     ConnectionFailed,
+    DatabaseError,
     DuplicateJob,
     InvalidInput,
     PermissionDenied,
+    PgQueueError,
     PoolExhausted,
+    QueryFailed,
     SchemaNotMigrated,
 )
 from pgqueue.ops import Execute, Listen, Op, Step
@@ -89,19 +95,63 @@ def dsn_role(dsn: str) -> str | None:
     return str(user) if user else None
 
 
-class ErrorTranslator:
-    """Maps psycopg exceptions to pgqueue exceptions for one schema and DSN."""
+# SQLSTATEs after which the same statement may well succeed if tried again
+# later: nothing is wrong with the call, the server was busy or changing.
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "55P03",  # lock_not_available (lock_timeout, NOWAIT)
+        "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
+        "40P01",  # deadlock_detected
+        "40001",  # serialization_failure
+        "40003",  # statement_completion_unknown
+        "25006",  # read_only_sql_transaction (a standby, or default_transaction_read_only)
+        "25P03",  # idle_in_transaction_session_timeout
+        "53000",  # insufficient_resources
+        "53100",  # disk_full
+        "53200",  # out_of_memory
+        "53300",  # too_many_connections
+        "53400",  # configuration_limit_exceeded
+        "57P01",  # admin_shutdown (pg_terminate_backend, fast shutdown)
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovery)
+        "57P05",  # idle_session_timeout
+        "58000",  # system_error
+        "58030",  # io_error
+        "55006",  # object_in_use
+        "55000",  # object_not_in_prerequisite_state (e.g. recovery in progress)
+    }
+)
+TRANSIENT_CLASSES = ("08",)  # connection_exception
 
-    def __init__(self, schema: str, dsn: str) -> None:
+
+def is_transient_sqlstate(state: str | None) -> bool:
+    """Whether an error with this SQLSTATE (None: the connection was lost) may pass."""
+    return state is None or state in TRANSIENT_SQLSTATES or state.startswith(TRANSIENT_CLASSES)
+
+
+class ErrorTranslator:
+    """Maps psycopg exceptions to pgqueue exceptions for one schema and DSN.
+
+    Every ``psycopg.Error`` becomes a :class:`~pgqueue.errors.PgQueueError`:
+    the known input and schema errors their own class, connection trouble
+    :class:`ConnectionFailed`, anything else the server said
+    :class:`QueryFailed` (with ``sqlstate`` and ``transient``).
+    """
+
+    def __init__(self, schema: str, dsn: str, permission_hint: str | None = None) -> None:
         self.schema = schema
         self.target = describe_target(dsn)
         self.role = dsn_role(dsn)
+        self.permission_hint = permission_hint
 
     def __call__(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, PgQueueError):
+            return exc
         if isinstance(exc, _SCHEMA_ERRORS):
             return SchemaNotMigrated(
                 f'schema "{self.schema}" is not migrated or is older than this pgqueue '
-                f"({exc.diag.message_primary}): run `{migrate_command(self.schema)}`"
+                f"({exc.diag.message_primary}): run `{migrate_command(self.schema)}`",
+                sqlstate=exc.sqlstate,
             )
         if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == (
             "jobs_dedup_key_idx"
@@ -115,28 +165,111 @@ class ErrorTranslator:
         ).startswith("pgqueue:"):
             return InvalidInput((exc.diag.message_primary or "")[len("pgqueue: ") :])
         if isinstance(exc, pg_errors.InsufficientPrivilege):
+            if self.permission_hint is not None:
+                return PermissionDenied(
+                    f"{exc.diag.message_primary}: {self.permission_hint}", sqlstate=exc.sqlstate
+                )
             # The role was not granted what this call needs: say which command does.
             return PermissionDenied(
                 f"{exc.diag.message_primary or 'permission denied'}"
                 f"{f' (role {self.role})' if self.role else ''}: grant the role what it needs "
-                f"with `{grant_command(self.schema, self.role)}`"
+                f"with `{grant_command(self.schema, self.role)}`",
+                sqlstate=exc.sqlstate,
             )
         if isinstance(exc, PoolTimeout):
             return PoolExhausted(
                 f"no database connection to {self.target} became free in time: {exc}"
             )
-        if isinstance(exc, psycopg.OperationalError) and _is_connection_error(exc):
-            return ConnectionFailed(f"PostgreSQL at {self.target}: {str(exc).strip()}")
+        if isinstance(exc, psycopg.Error):
+            state = exc.sqlstate or _refusal_sqlstate(exc)
+            message = f"PostgreSQL at {self.target}: {_one_line(exc)}"
+            if _is_connection_error(exc):
+                return ConnectionFailed(
+                    message,
+                    sqlstate=state,
+                    # Wrong credentials, a dropped database or a bad DSN stay wrong.
+                    transient=not ((state or "").startswith(("28", "3D")) or state == "57P04"),
+                )
+            return QueryFailed(
+                f"{message} (SQLSTATE {state})" if state else message,
+                sqlstate=state,
+                # No SQLSTATE here: the client refused the call (e.g. bad parameters).
+                transient=state is not None and is_transient_sqlstate(state),
+            )
         return exc
 
 
-def _is_connection_error(exc: psycopg.OperationalError) -> bool:
+@contextmanager
+def translated(translate: ErrorTranslator) -> Iterator[None]:
+    """Raise psycopg errors of the block as pgqueue errors. A driver error
+    wrapped by SQLAlchemy (Alembic's migrations) is unwrapped first."""
+    try:
+        yield
+    except Exception as exc:
+        cause = getattr(exc, "orig", exc)
+        if isinstance(cause, psycopg.Error):
+            raise translate(cause) from None
+        raise
+
+
+def read_revision(dsn: str, schema: str) -> str | None:
+    """The Alembic revision of ``schema`` at ``dsn``, None when never migrated."""
+    with (
+        translated(ErrorTranslator(schema, dsn)),
+        psycopg.connect(connection_params(dsn), autocommit=True) as conn,
+    ):
+        return _read_revision(conn, schema)
+
+
+# libpq reports why the server refused a new connection only as text: the
+# SQLSTATEs of the refusals a worker must tell apart (server messages in English).
+_REFUSALS = (
+    ("too many clients", "53300"),
+    ("remaining connection slots are reserved", "53300"),
+    ("too many connections for", "53300"),
+    ("the database system is starting up", "57P03"),
+    ("the database system is shutting down", "57P03"),
+    ("the database system is in recovery mode", "57P03"),
+    ("the database system is not yet accepting connections", "57P03"),
+    ("the database system is not accepting connections", "57P03"),
+    ("password authentication failed", "28P01"),
+    ("no pg_hba.conf entry", "28000"),
+    ("is not permitted to log in", "28000"),
+)
+
+
+def _refusal_sqlstate(exc: psycopg.Error) -> str | None:
+    """The SQLSTATE of a refused connection attempt, read from its message."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return None
+    text = str(exc)
+    if "FATAL" not in text:
+        return None
+    if "does not exist" in text:
+        if 'role "' in text:
+            return "28000"
+        if 'database "' in text:
+            return "3D000"
+    for marker, state in _REFUSALS:
+        if marker in text:
+            return state
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _is_connection_error(exc: psycopg.Error) -> bool:
     """Connection trouble, as opposed to e.g. a lock or statement timeout on a
-    healthy connection: no SQLSTATE (the client lost the server), class 08
-    (connection exception), 57P0x (shutdown, crash, starting up, database
-    dropped, idle timeout), 53300 (too many connections), 28xxx (credentials)."""
+    healthy connection: no SQLSTATE from an OperationalError or InterfaceError
+    (the client lost the server), class 08 (connection exception), 57P0x
+    (shutdown, crash, starting up, database dropped, idle timeout), 53300 (too
+    many connections), 28xxx (credentials), 3D000 (no such database)."""
     state = exc.sqlstate
-    return state is None or state.startswith(("08", "57P", "28")) or state == "53300"
+    if state is None:
+        return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+    return state.startswith(("08", "57P", "28")) or state in ("53300", "3D000", "25P03")
 
 
 def _configure_sync(conn: psycopg.Connection[Any]) -> None:
@@ -223,6 +356,44 @@ async def _read_revision_async(conn: psycopg.AsyncConnection[Any], schema: str) 
     return row[0] if row else None
 
 
+def _one(step: Execute) -> Op[Any]:
+    """An operation of the single statement ``step``."""
+    result = yield step
+    return result
+
+
+# After these the session itself is unusable for writes (it was opened read-only,
+# e.g. on a standby after a failover): the pool must not hand it out again.
+_STALE_SESSION_STATES = frozenset({"25006"})
+
+
+def _is_stale(exc: DatabaseError) -> bool:
+    return exc.sqlstate in _STALE_SESSION_STATES
+
+
+def _drop_if_stale(conn: psycopg.Connection[Any], exc: DatabaseError) -> None:
+    if _is_stale(exc):
+        conn.close()
+
+
+def _discard_async_pool(pool: AsyncConnectionPool, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close an async pool from outside its event loop."""
+    if loop is not None and not loop.is_closed():
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(pool.close(), loop)
+        else:
+            # This thread may be running another loop: close it on a thread of its own.
+            closer = threading.Thread(target=loop.run_until_complete, args=(pool.close(),))
+            closer.start()
+            closer.join()
+        return
+    # Its loop is gone, and the pool's tasks with it: close the connections it
+    # still holds so that their server sessions end now.
+    for conn in list(getattr(pool, "_pool", ())):
+        conn.pgconn.finish()
+    getattr(pool, "_pool", []).clear()
+
+
 class Database:
     """The sync and async pools of one App, created on first use."""
 
@@ -234,17 +405,14 @@ class Database:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
-        check_schema: bool = True,
     ) -> None:
         self.dsn = connection_params(dsn)
-        self.raw_dsn = dsn
         self.queries = queries
         self.schema = queries.schema
         self.translate = ErrorTranslator(self.schema, dsn)
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
-        self._check_schema = check_schema
         self._sync_pool: ConnectionPool | None = None
         self._async_pool: AsyncConnectionPool | None = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
@@ -257,15 +425,38 @@ class Database:
         """A new dedicated connection (not from the pool), autocommit."""
         try:
             return psycopg.connect(self.dsn, autocommit=True, **kwargs)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise self.translate(exc) from None
 
     async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
         """A new dedicated async connection (not from the pool), autocommit."""
         try:
             return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **kwargs)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise self.translate(exc) from None
+
+    @asynccontextmanager
+    async def listening_async(self, **kwargs: Any) -> AsyncIterator[AsyncIterator[str]]:
+        """A dedicated connection LISTENing on the schema's channel; yields an
+        iterator of notification payloads. Errors come translated."""
+        conn = await self.connect_async(**kwargs)
+        try:
+            try:
+                await conn.execute(_listen_sql(self.schema))
+            except psycopg.Error as exc:
+                raise self.translate(exc) from None
+            yield self._payloads(conn)
+        finally:
+            await conn.close()
+
+    async def _payloads(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[str]:
+        try:
+            async for note in conn.notifies():
+                yield note.payload
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+        # notifies() ends only when the connection is closed under it.
+        raise ConnectionFailed(f"PostgreSQL at {self.translate.target}: connection closed")
 
     def _schema_problem(self, revision: str | None) -> SchemaNotMigrated | None:
         if revision is None:
@@ -301,9 +492,7 @@ class Database:
                     # A direct first connection gives libpq's own reason on a bad
                     # DSN instead of a pool timeout, and checks the schema once.
                     with self.connect() as probe:
-                        if self._check_schema and (
-                            problem := self._schema_problem(self._revision(probe))
-                        ):
+                        if problem := self._schema_problem(self._revision(probe)):
                             raise problem
                     self._sync_pool = ConnectionPool(
                         self.dsn,
@@ -321,8 +510,10 @@ class Database:
     async def async_pool(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()
         if self._async_pool is not None and self._async_loop is not loop:
-            # Created under another event loop (e.g. a previous asyncio.run).
-            self._async_pool = None
+            # Created under another event loop (e.g. a previous asyncio.run):
+            # unusable here; close it rather than leak its connections.
+            _discard_async_pool(self._async_pool, self._async_loop)
+            self._async_pool = self._async_loop = None
             self._async_lock = None
         if self._async_lock is None:
             self._async_lock = asyncio.Lock()
@@ -330,9 +521,7 @@ class Database:
             if self._async_pool is None:
                 probe = await self.connect_async()
                 try:
-                    if self._check_schema and (
-                        problem := self._schema_problem(await self._revision_async(probe))
-                    ):
+                    if problem := self._schema_problem(await self._revision_async(probe)):
                         raise problem
                 finally:
                     await probe.close()
@@ -357,11 +546,8 @@ class Database:
             self._sync_pool = None
         pool, loop = self._async_pool, self._async_loop
         self._async_pool = self._async_loop = None
-        if pool is not None and loop is not None and not loop.is_closed():
-            if loop.is_running():
-                asyncio.run_coroutine_threadsafe(pool.close(), loop)
-            else:
-                loop.run_until_complete(pool.close())
+        if pool is not None:
+            _discard_async_pool(pool, loop)
 
     async def close_async_pool(self) -> None:
         """Close the async pool only (e.g. before its event loop ends)."""
@@ -370,9 +556,7 @@ class Database:
             self._async_pool = self._async_loop = None
 
     async def close_async(self) -> None:
-        if self._async_pool is not None:
-            await self._async_pool.close()
-            self._async_pool = None
+        await self.close_async_pool()
         if self._sync_pool is not None:
             await asyncio.to_thread(self._sync_pool.close)
             self._sync_pool = None
@@ -385,7 +569,11 @@ class Database:
             return self._drive(op, conn)
         try:
             with self.sync_pool().connection() as pooled:
-                return self._drive(op, pooled)
+                try:
+                    return self._drive(op, pooled)
+                except DatabaseError as exc:
+                    _drop_if_stale(pooled, exc)
+                    raise
         except PoolTimeout as exc:
             raise self._diagnose(exc, self._probe()) from None
 
@@ -396,30 +584,91 @@ class Database:
         pool = await self.async_pool()
         try:
             async with pool.connection() as pooled:
-                return await self._drive_async(op, pooled)
+                try:
+                    return await self._drive_async(op, pooled)
+                except DatabaseError as exc:
+                    if _is_stale(exc):
+                        await pooled.close()
+                    raise
         except PoolTimeout as exc:
             raise self._diagnose(exc, await self._probe_async()) from None
+
+    def run_released(self, op: Op[T]) -> T:
+        """Drive a long-waiting ``op`` without holding a pooled connection while
+        it waits: each statement borrows one; LISTEN (and the wait for a
+        notification) uses a dedicated connection; a wait without LISTEN sleeps."""
+        listener: psycopg.Connection[Any] | None = None
+        try:
+            step: Step = next(op)
+            while True:
+                try:
+                    if isinstance(step, Execute):
+                        result: Any = self.run(_one(step))
+                    elif isinstance(step, Listen):
+                        listener = self.connect()
+                        listener.execute(_listen_sql(self.schema))
+                        result = None
+                    elif listener is not None:
+                        result = _wait_for(listener, step.payload, step.timeout)
+                    else:
+                        time.sleep(step.timeout)
+                        result = False
+                except (psycopg.Error, DatabaseError) as exc:
+                    step = op.throw(self.translate(exc))
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if listener is not None:
+                listener.close()
+
+    async def run_released_async(self, op: Op[T]) -> T:
+        """Async twin of :meth:`run_released`."""
+        listener: psycopg.AsyncConnection[Any] | None = None
+        try:
+            step: Step = next(op)
+            while True:
+                try:
+                    if isinstance(step, Execute):
+                        result: Any = await self.run_async(_one(step))
+                    elif isinstance(step, Listen):
+                        listener = await self.connect_async()
+                        await listener.execute(_listen_sql(self.schema))
+                        result = None
+                    elif listener is not None:
+                        result = await _wait_for_async(listener, step.payload, step.timeout)
+                    else:
+                        await asyncio.sleep(step.timeout)
+                        result = False
+                except (psycopg.Error, DatabaseError) as exc:
+                    step = op.throw(self.translate(exc))
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            if listener is not None:
+                await listener.close()
 
     # A pool timeout says nothing of why: a direct connection attempt tells an
     # unreachable server (with libpq's reason) from a pool that is all busy.
 
-    def _probe(self) -> psycopg.OperationalError | None:
+    def _probe(self) -> psycopg.Error | None:
         try:
             psycopg.connect(self.dsn, connect_timeout=3).close()
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             return exc
         return None
 
-    async def _probe_async(self) -> psycopg.OperationalError | None:
+    async def _probe_async(self) -> psycopg.Error | None:
         try:
             await (await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=3)).close()
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             return exc
         return None
 
-    def _diagnose(
-        self, timeout: PoolTimeout, failure: psycopg.OperationalError | None
-    ) -> BaseException:
+    def _diagnose(self, timeout: PoolTimeout, failure: psycopg.Error | None) -> BaseException:
         if failure is None:  # the server answers: every pooled connection is busy
             return PoolExhausted(
                 f"all {self.max_size} pooled connection(s) to {self.translate.target} stayed "
@@ -449,7 +698,10 @@ class Database:
             return stop.value  # type: ignore[no-any-return]
         finally:
             if listening and not conn.closed:
-                conn.execute(_UNLISTEN)
+                try:
+                    conn.execute(_UNLISTEN)
+                except psycopg.Error:
+                    conn.close()  # a pooled connection still listening must not be reused
 
     async def _drive_async(self, op: Op[T], conn: psycopg.AsyncConnection[Any]) -> T:
         listening = False
@@ -472,7 +724,10 @@ class Database:
             return stop.value  # type: ignore[no-any-return]
         finally:
             if listening and not conn.closed:
-                await conn.execute(_UNLISTEN)
+                try:
+                    await conn.execute(_UNLISTEN)
+                except psycopg.Error:
+                    await conn.close()
 
     def _execute(self, conn: psycopg.Connection[Any], step: Execute) -> Any:
         cur = conn.cursor(row_factory=dict_row) if step.rows == "dict" else conn.cursor()

@@ -105,6 +105,10 @@ class ScheduleNotFound(PgQueueError, LookupError):
     """No schedule with this name exists."""
 
 
+class ScheduleConflict(PgQueueError):
+    """A schedule kept changing under a concurrent writer; try the call again."""
+
+
 class DuplicateSchedule(InvalidInput):
     """A schedule with this name already exists (use replace)."""
 
@@ -113,15 +117,42 @@ class DuplicateSchedule(InvalidInput):
 
 
 class DatabaseError(PgQueueError):
-    """PostgreSQL could not be used as required."""
+    """PostgreSQL could not be used as required.
+
+    ``sqlstate`` is the server's error code (None when the client lost the
+    server or the problem was found before asking it); ``transient`` says
+    whether the same call may succeed later unchanged (a timeout, a deadlock,
+    a failover, a lost connection), as opposed to a problem someone must fix.
+    """
+
+    transient: bool = False
+
+    def __init__(
+        self, message: str, *, sqlstate: str | None = None, transient: bool | None = None
+    ) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        if transient is not None:
+            self.transient = transient
+
+
+class QueryFailed(DatabaseError):
+    """The server refused or aborted a statement on a healthy connection:
+    lock or statement timeout, deadlock, serialization failure, read-only
+    transaction (after a failover), disk full, ... (see ``sqlstate`` and
+    ``transient``)."""
 
 
 class ConnectionFailed(DatabaseError, ConnectionError):
     """PostgreSQL could not be reached, refused the credentials, or went away."""
 
+    transient = True
+
 
 class SchemaNotMigrated(DatabaseError):
     """The pgqueue schema is missing or older than this version of pgqueue."""
+
+    transient = False
 
 
 class PermissionDenied(DatabaseError):

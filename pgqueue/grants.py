@@ -39,7 +39,7 @@ from psycopg import sql
 
 from pgqueue import validation
 from pgqueue.config import resolve_dsn
-from pgqueue.database import ErrorTranslator, connection_params, migrate_command
+from pgqueue.database import ErrorTranslator, connection_params, migrate_command, translated
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
 from pgqueue.version import SCHEMA_REVISION
 
@@ -202,25 +202,21 @@ def grant(
     after ``pgqueue migrate``."""
     role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
     target = resolve_dsn(dsn)
-    translate = ErrorTranslator(schema, target)
-    try:
-        with psycopg.connect(connection_params(target)) as conn:
-            owner = _check(conn, role, schema)
-            statements = grant_statements(role, known, schema, owner)
-            text = [
-                f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
-                *_notes(known, schema, owner),
-                *(f"{statement.as_string(conn)};" for statement in statements),
-            ]
-            if not dry_run:
-                _execute(conn, statements, schema)
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise PermissionDenied(
-            f"{exc.diag.message_primary}: run pgqueue grant as the owner of schema "
-            f'"{schema}" or a superuser'
-        ) from None
-    except psycopg.Error as exc:
-        raise translate(exc) from None
+    translate = ErrorTranslator(
+        schema,
+        target,
+        permission_hint=f'run pgqueue grant as the owner of schema "{schema}" or a superuser',
+    )
+    with translated(translate), psycopg.connect(connection_params(target)) as conn:
+        owner = _check(conn, role, schema)
+        statements = grant_statements(role, known, schema, owner)
+        text = [
+            f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
+            *_notes(known, schema, owner),
+            *(f"{statement.as_string(conn)};" for statement in statements),
+        ]
+        if not dry_run:
+            _execute(conn, statements, schema)
     return text
 
 

@@ -49,7 +49,7 @@ def upgrade(
         text = buffer.getvalue()
         (output or sys.stdout).write(text)
         return text
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.upgrade(_config(dsn, schema, output), revision)
     return None
 
@@ -58,45 +58,32 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
     """Take ``schema`` down to ``revision`` (``base``: remove every pgqueue object)."""
     from alembic import command
 
-    with _refusal_as_permission_denied(schema):
+    with _refusal_as_permission_denied(schema, dsn):
         command.downgrade(_config(dsn, schema), revision)
 
 
 @contextmanager
-def _refusal_as_permission_denied(schema: str) -> Iterator[None]:
-    """A role that may not migrate gets PermissionDenied, not a driver error.
-    Migration statements reach psycopg directly (then its error comes as is)
-    or through SQLAlchemy (which wraps it, keeping it as ``orig``)."""
-    import psycopg
+def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None]:
+    """Driver errors come as pgqueue errors; a role that may not migrate gets
+    PermissionDenied saying who may."""
+    from pgqueue.database import ErrorTranslator, translated
 
+    hint = (
+        "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
+    )
+    translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)
     try:
-        yield
-    except Exception as exc:
-        cause = getattr(exc, "orig", exc)
-        if not isinstance(cause, psycopg.errors.InsufficientPrivilege):
-            raise
-        raise PermissionDenied(
-            f'cannot migrate schema "{schema}": {cause.diag.message_primary}: migrations run '
-            "as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
-        ) from None
+        with translated(translate):
+            yield
+    except PermissionDenied as exc:
+        raise PermissionDenied(f'cannot migrate schema "{schema}": {exc}') from None
 
 
 def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
     """The schema's revision, or None when it was never migrated."""
-    import psycopg
-    from psycopg import sql as pgsql
+    from pgqueue.database import read_revision
 
-    validation.schema_name(schema)
-    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
-        try:
-            row = conn.execute(
-                pgsql.SQL("SELECT version_num FROM {}.alembic_version").format(
-                    pgsql.Identifier(schema)
-                )
-            ).fetchone()
-        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-            return None
-    return row[0] if row else None
+    return read_revision(resolve_dsn(dsn), validation.schema_name(schema))
 
 
 def render_migration(filename: str, schema: str) -> str:

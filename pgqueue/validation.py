@@ -39,6 +39,21 @@ def queue_name(name: object) -> str:
     return name
 
 
+def queue_list(queues: object) -> tuple[str, ...] | None:
+    """A queue name or names, deduplicated in order; None means every queue.
+    An empty list is refused: it would either mean nothing or, surprisingly,
+    everything."""
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        return (queue_name(queues),)
+    if not isinstance(queues, (list, tuple, set, frozenset)):
+        raise InvalidName(f"queues must be a queue name, a list of names or None, got {queues!r}")
+    if not queues:
+        raise InvalidName("queues is empty: name at least one queue, or pass None for every queue")
+    return tuple(dict.fromkeys(queue_name(q) for q in queues))
+
+
 def task_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidName(f"invalid task name {name!r}: must be a non-empty string")

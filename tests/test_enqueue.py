@@ -409,8 +409,9 @@ def test_enqueue_many_is_all_or_nothing_in_the_database(
     specs = [pgqueue.JobSpec("t", {"i": i}) for i in range(100)]
     specs.insert(60, pgqueue.JobSpec("t", {"boom": True}))
 
-    with pytest.raises(psycopg.Error, match="boom rejected"):
+    with pytest.raises(pgqueue.QueryFailed, match="boom rejected") as caught:
         app.enqueue_many(specs)
+    assert (caught.value.sqlstate, caught.value.transient) == ("P0001", False)
 
     assert job_factory.conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (0,)
 

@@ -78,7 +78,3 @@ class OpContext:
     @property
     def channel(self) -> str:
         return channel_for(self.schema)
-
-
-def no_defaults(_: str) -> TaskDefaults:
-    return DEFAULT_TASK

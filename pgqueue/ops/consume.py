@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pgqueue import validation
-from pgqueue.errors import InvalidName, InvalidOption, LeaseLost
+from pgqueue.errors import InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
 
@@ -71,15 +71,8 @@ def lease(
     lease_seconds: float | None = None,
 ) -> Op[list[LeasedJob]]:
     """Lease up to ``limit`` jobs from ``queues`` (None: every queue)."""
-    names = None
-    if isinstance(queues, str):
-        names = [validation.queue_name(queues)]
-    elif queues is not None:
-        if not isinstance(queues, Sequence):
-            raise InvalidName(
-                f"queue must be a queue name, a list of names or None, got {queues!r}"
-            )
-        names = [validation.queue_name(q) for q in queues]
+    valid = validation.queue_list(queues)
+    names = list(valid) if valid is not None else None
     validation.positive_int("max", limit, 100_000)
     seconds = None
     if lease_seconds is not None:

@@ -181,13 +181,15 @@ def result(
     timeout: float | None = None,
     poll_interval: float = 1.0,
     monotonic: Callable[[], float] = time.monotonic,
+    listen: bool = True,
 ) -> Op[Any]:
     """Wait for a job to finish and return its stored result; raise JobFailed
-    (dead) or JobCancelled, or ResultTimeout after ``timeout`` seconds."""
+    (dead) or JobCancelled, or ResultTimeout after ``timeout`` seconds.
+    ``listen=False``: poll every ``poll_interval`` without LISTEN."""
     _job_id(job_id)
     if timeout is not None:
         validation.seconds("timeout", timeout)
-    return _result(job_id, timeout, poll_interval, monotonic)
+    return _result(job_id, timeout, poll_interval, monotonic, listen)
 
 
 def _finished(job_id: int, row: Any) -> tuple[bool, Any]:
@@ -202,10 +204,15 @@ def _finished(job_id: int, row: Any) -> tuple[bool, Any]:
 
 
 def _result(
-    job_id: int, timeout: float | None, poll: float, monotonic: Callable[[], float]
+    job_id: int,
+    timeout: float | None,
+    poll: float,
+    monotonic: Callable[[], float],
+    listen: bool,
 ) -> Op[Any]:
     deadline = None if timeout is None else monotonic() + timeout
-    yield Listen()
+    if listen:
+        yield Listen()
     while True:
         # Flag first, then read in a new statement: a finish that commits in
         # between either sees the flag (and notifies) or is seen by the read.

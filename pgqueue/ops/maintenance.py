@@ -178,11 +178,6 @@ def _vacuum(schema: str) -> Op[list[TableVacuum]]:
     ]
 
 
-def workers() -> Op[list[dict[str, Any]]]:
-    """Registered workers, their heartbeat age and running job count."""
-    return _rows("worker_list", {})
-
-
 def _rows(query: Any, params: dict[str, Any]) -> Op[list[dict[str, Any]]]:
     rows = yield Execute(query, params, rows="dict")
     return list(rows)

@@ -17,7 +17,13 @@ from typing import Any
 
 from pgqueue import validation
 from pgqueue.cron import Cron
-from pgqueue.errors import DuplicateSchedule, InvalidName, InvalidOption, ScheduleNotFound
+from pgqueue.errors import (
+    DuplicateSchedule,
+    InvalidName,
+    InvalidOption,
+    ScheduleConflict,
+    ScheduleNotFound,
+)
 from pgqueue.models import Enqueued, JobSpec, Schedule
 from pgqueue.ops import Execute, Op, OpContext
 from pgqueue.ops.enqueue import job_object
@@ -225,7 +231,7 @@ def _enable(ctx: OpContext, name: str) -> Op[Schedule]:
         updated = yield Execute("schedule_enable", params, fetch="one", rows="dict")
         if updated is not None:
             return _schedule(updated)
-    raise ScheduleNotFound(f"schedule {name!r} kept changing while being enabled; try again")
+    raise ScheduleConflict(f"schedule {name!r} kept changing while being enabled; try again")
 
 
 def disable_schedule(name: str) -> Op[Schedule]:
@@ -276,7 +282,7 @@ def _run_now(ctx: OpContext, name: str) -> Op[Enqueued]:
         done = yield Execute("schedule_run_now", params, fetch="one")
         if done is not None:
             return Enqueued(done[0], done[1])
-    raise ScheduleNotFound(f"schedule {name!r} kept changing while being run; try again")
+    raise ScheduleConflict(f"schedule {name!r} kept changing while being run; try again")
 
 
 # --- the scheduler's step ----------------------------------------------------------

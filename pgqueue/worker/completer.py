@@ -3,8 +3,10 @@
 A completion schedules a flush on the next loop iteration, so everything that
 finishes in the same iteration (or while a flush is in flight) is written by
 one statement; a lone job is written at once, without a timer. Writes that
-fail on connection trouble are retried with backoff until they succeed: the
-fencing rules make a late or repeated write harmless.
+fail on a transient database error are retried with backoff until they are
+recorded or the database says the lease is gone: the fencing rules make a late
+or repeated write harmless. A non-transient error stops the worker; the jobs
+of that batch are then no longer extended, so the reaper reclaims them.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pgqueue.errors import ConnectionFailed, LeaseLost
-from pgqueue.ops import Op, consume
+from pgqueue.errors import LeaseLost
+from pgqueue.ops import Op, OpContext, consume
 from pgqueue.ops.consume import Failure
+from pgqueue.worker.faults import Episodes
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
     from pgqueue.worker.executor import Executor, RunningJob
 
 log = structlog.get_logger("pgqueue.worker")
@@ -30,10 +33,19 @@ RETRY_BACKOFF = (0.05, 5.0)
 
 
 class Completer:
-    """Buffers outcomes and writes them in batches."""
+    """Buffers outcomes and writes them in batches. ``on_fatal`` is told of
+    a non-transient error (the worker then stops)."""
 
-    def __init__(self, app: App) -> None:
-        self.app = app
+    def __init__(
+        self,
+        database: Database,
+        ctx: OpContext,
+        on_fatal: Callable[[str, BaseException], None],
+    ) -> None:
+        self.database = database
+        self.ctx = ctx
+        self.on_fatal = on_fatal
+        self.episodes = Episodes("completer", *RETRY_BACKOFF)
         self.executor: Executor | None = None
         self.ack_ids: list[int] = []
         self.ack_attempts: list[int] = []
@@ -100,41 +112,41 @@ class Completer:
     async def _write_acks(
         self, ids: list[int], attempts: list[int], results: list[str | None]
     ) -> None:
-        ctx = self.app.op_context
+        ctx = self.ctx
         await self._write(lambda: consume.ack_ids(ctx, ids, attempts, results), ids, "ack")
 
     async def _write_failures(self, failures: list[Failure]) -> None:
-        ctx = self.app.op_context
+        ctx = self.ctx
         await self._write(
             lambda: consume.fail_many(ctx, failures), [f.job_id for f in failures], "fail"
         )
 
     async def _write_nacks(self, rjs: list[RunningJob]) -> None:
         jobs = [rj.job for rj in rjs]
-        ctx = self.app.op_context
+        ctx = self.ctx
         await self._write(lambda: consume.nack_many(ctx, jobs), [j.job_id for j in jobs], "nack")
 
     async def _write(self, make_op: Callable[[], Op[Any]], job_ids: list[int], what: str) -> None:
         """Run a completion statement until it gets through; a LeaseLost names
         the jobs it could not record (the rest were)."""
         lost: list[int] = []
-        delay = RETRY_BACKOFF[0]
         while True:
             try:
-                await self.app.database.run_async(make_op())
+                await self.database.run_async(make_op())
             except LeaseLost as exc:
                 lost = exc.job_ids
-            except ConnectionFailed as exc:
-                log.warning(
-                    "could not record job outcomes; retrying",
-                    write=what,
-                    jobs=len(job_ids),
-                    error=str(exc),
-                    retry_in=delay,
-                )
+            except Exception as exc:
+                try:
+                    delay = self.episodes.failed(exc)
+                except Exception:
+                    # Stop extending these leases: the reaper reclaims the jobs.
+                    if self.executor is not None:
+                        self.executor.forget(job_ids)
+                    self.on_fatal("completer", exc)
+                    return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_BACKOFF[1])
                 continue
+            self.episodes.succeeded()
             break
         self._done(job_ids, lost, what)
 

@@ -15,7 +15,7 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,6 @@ from pgqueue.payloads import encode_result
 from pgqueue.retry import Permanent, Retry
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
 
@@ -54,6 +53,7 @@ class RunningJob:
     __slots__ = (
         "cancel_requested",
         "context",
+        "extend_requests",
         "extend_to",
         "handle",
         "job",
@@ -78,13 +78,20 @@ class RunningJob:
         self.cancel_requested = False
         self.lost = False
         self.extend_to: float | None = None
+        self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
 
 
 class Executor:
     """Starts jobs and turns their endings into completions."""
 
-    def __init__(self, app: App, concurrency: int, completer: Completer) -> None:
-        self.app = app
+    def __init__(
+        self,
+        tasks: Mapping[str, Task[Any, Any]],
+        concurrency: int,
+        completer: Completer,
+        max_result_bytes: int,
+    ) -> None:
+        self.tasks = tasks
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -97,7 +104,7 @@ class Executor:
         )
         self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
-        self.max_result_bytes = app.max_result_bytes
+        self.max_result_bytes = max_result_bytes
         self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
@@ -112,7 +119,7 @@ class Executor:
     # --- start -----------------------------------------------------------------
 
     def start(self, job: LeasedJob, leased_at: float) -> None:
-        task = self.app.tasks.get(job.task)
+        task = self.tasks.get(job.task)
         rj = RunningJob(job, task, leased_at)
         self.running[job.job_id] = rj
         if task is None:
@@ -326,8 +333,12 @@ class Executor:
 
     def _request_extend(self, rj: RunningJob, seconds: float) -> None:
         """JobContext.extend: may be called from a task's thread."""
-        rj.extend_to = float(seconds)
-        self.loop.call_soon_threadsafe(self.heartbeat_wake)
+        self.loop.call_soon_threadsafe(self._note_extend, rj, float(seconds))
+
+    def _note_extend(self, rj: RunningJob, seconds: float) -> None:
+        rj.extend_to = seconds
+        rj.extend_requests += 1
+        self.heartbeat_wake()
 
     def cancel(self, job_id: int) -> None:
         """A cancel was requested for a job: tell the task to stop."""

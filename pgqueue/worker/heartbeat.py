@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pgqueue.errors import DatabaseError
-from pgqueue.ops import Execute, Op, consume
+from pgqueue.ops import Execute, Op, OpContext, consume
+from pgqueue.worker.faults import Episodes
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
     from pgqueue.worker.executor import Executor, RunningJob
     from pgqueue.worker.settings import WorkerSettings
 
@@ -51,28 +52,35 @@ def _deregister(worker_id: str) -> Op[None]:
 
 
 class Heartbeat:
+    """Extends leases, polls cancels (without LISTEN) and refreshes the
+    worker's registry row; rides out transient errors, raises the others."""
+
     def __init__(
         self,
-        app: App,
+        database: Database,
+        ctx: OpContext,
         settings: WorkerSettings,
         executor: Executor,
         stopped: asyncio.Event,
         listening: Callable[[], bool],
     ) -> None:
-        self.app = app
+        self.database = database
+        self.ctx = ctx
         self.settings = settings
         self.executor = executor
         self.stopped = stopped
         self.listening = listening
         self.wake = asyncio.Event()
+        self.episodes = Episodes("heartbeat", first=0.05, cap=2.0)
+        self.registry = Episodes("registry", first=0.5, cap=10.0)
         executor.heartbeat_wake = self.wake.set
 
     async def register(self) -> None:
-        await self.app.database.run_async(_upsert_worker("worker_register", self.settings))
+        await self.database.run_async(_upsert_worker("worker_register", self.settings))
 
     async def deregister(self) -> None:
         try:
-            await self.app.database.run_async(_deregister(self.settings.worker_id))
+            await self.database.run_async(_deregister(self.settings.worker_id))
         except DatabaseError as exc:
             log.warning("could not deregister worker", error=str(exc))
 
@@ -82,44 +90,55 @@ class Heartbeat:
 
     async def run(self) -> None:
         last_registry = time.monotonic()
+        pause = 0.0
         while not self.stopped.is_set():
-            await wait_any(self.wake, self.stopped, timeout=self._tick())
+            await wait_any(self.wake, self.stopped, timeout=pause or self._tick())
             self.wake.clear()
+            pause = 0.0
             try:
                 await self._extend_due()
                 if not self.listening():
                     await self._poll_cancels()
-                if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
-                    await self.app.database.run_async(
-                        _upsert_worker("worker_heartbeat", self.settings)
-                    )
-                    last_registry = time.monotonic()
-            except DatabaseError as exc:
-                log.warning("heartbeat failed; retrying", error=str(exc))
+            except Exception as exc:
+                # Never wait longer than a tick: leases must not run out meanwhile.
+                pause = min(self.episodes.failed(exc), self._tick())
+                continue
+            self.episodes.succeeded()
+            if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
+                try:
+                    await self.database.run_async(_upsert_worker("worker_heartbeat", self.settings))
+                except Exception as exc:
+                    pause = min(self.registry.failed(exc), self._tick())
+                    continue
+                self.registry.succeeded()
+                last_registry = time.monotonic()
 
     async def _extend_due(self) -> None:
         now = time.monotonic()
-        due: list[tuple[RunningJob, float]] = []
+        due: list[tuple[RunningJob, float, int]] = []
         for rj in self.executor.running.values():
             if rj.lost or rj.timed_out:
                 continue
             if rj.extend_to is not None:
-                due.append((rj, rj.extend_to))
+                due.append((rj, rj.extend_to, rj.extend_requests))
             elif rj.lease_deadline - now < rj.job.lease_seconds / 2:
-                due.append((rj, float(rj.job.lease_seconds)))
+                due.append((rj, float(rj.job.lease_seconds), rj.extend_requests))
         if not due:
             return
         sent_at = time.monotonic()
-        held = await self.app.database.run_async(
+        held = await self.database.run_async(
             consume.extend_many(
-                self.app.op_context, [(rj.job.job_id, rj.job.attempt_id, s) for rj, s in due]
+                self.ctx, [(rj.job.job_id, rj.job.attempt_id, s) for rj, s, _ in due]
             )
         )
-        for rj, seconds in due:
+        for rj, seconds, requests in due:
             job_id = rj.job.job_id
             if job_id in held:
                 rj.lease_deadline = sent_at + seconds
-                rj.extend_to = None
+                if rj.extend_requests == requests:
+                    rj.extend_to = None
+                else:  # context.extend() was called during the round trip: send it next
+                    self.wake.set()
                 if held[job_id]:
                     self.executor.cancel(job_id)
             elif rj.handle is not None and not rj.handle.done():
@@ -134,9 +153,7 @@ class Heartbeat:
         ]
         if not executing:
             return
-        flags = await self.app.database.run_async(
-            consume.cancel_flags(self.app.op_context, executing)
-        )
+        flags = await self.database.run_async(consume.cancel_flags(self.ctx, executing))
         for job_id, cancel, _held in flags:
             if cancel:
                 self.executor.cancel(job_id)

@@ -2,8 +2,9 @@
 
 It has a connection of its own (not from the pool), so that waiting for
 notifications never holds up leasing or completing. When the connection
-drops it reconnects with backoff and wakes the producer, which may have
-missed notifications meanwhile (it also polls, so nothing waits forever).
+drops (or LISTEN fails on a transient error) it reconnects with backoff and
+wakes the producer, which may have missed notifications meanwhile (it also
+polls, so nothing waits forever). A non-transient error propagates.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import psycopg
 import structlog
-from psycopg import sql
 
-from pgqueue.errors import DatabaseError
-from pgqueue.queries import channel_for
+from pgqueue.worker.faults import Episodes
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -35,37 +33,30 @@ KEEPALIVE = {
 
 class Listener:
     def __init__(
-        self, app: App, on_message: Callable[[str], None], on_connected: Callable[[], None]
+        self,
+        database: Database,
+        on_message: Callable[[str], None],
+        on_connected: Callable[[], None],
     ) -> None:
-        self.app = app
+        self.database = database
         self.on_message = on_message
         self.on_connected = on_connected
         self.connected = asyncio.Event()
+        self.episodes = Episodes(
+            "listener",
+            *RECONNECT_BACKOFF,
+            message="notification connection lost; polling until it is back",
+        )
 
     async def run(self) -> None:
-        delay = RECONNECT_BACKOFF[0]
-        channel = sql.SQL("LISTEN {}").format(sql.Identifier(channel_for(self.app.schema)))
         while True:
-            conn: psycopg.AsyncConnection[object] | None = None
             try:
-                conn = await self.app.database.connect_async(**KEEPALIVE)
-                await conn.execute(channel)
-                self.connected.set()
-                if delay > RECONNECT_BACKOFF[0]:
-                    log.info("listening again for notifications")
-                delay = RECONNECT_BACKOFF[0]
-                self.on_connected()
-                async for note in conn.notifies():
-                    self.on_message(note.payload)
-            except (psycopg.Error, DatabaseError, OSError) as exc:
+                async with self.database.listening_async(**KEEPALIVE) as payloads:
+                    self.connected.set()
+                    self.episodes.succeeded()
+                    self.on_connected()
+                    async for payload in payloads:
+                        self.on_message(payload)
+            except Exception as exc:
                 self.connected.clear()
-                log.warning(
-                    "notification connection lost; polling until it is back",
-                    error=str(exc).strip(),
-                    retry_in=delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_BACKOFF[1])
-            finally:
-                if conn is not None:
-                    await conn.close()
+                await asyncio.sleep(self.episodes.failed(exc))

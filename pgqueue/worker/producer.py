@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pgqueue.errors import DatabaseError
-from pgqueue.ops import consume
+from pgqueue.ops import OpContext, consume
+from pgqueue.worker.faults import Episodes, is_transient
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
     from pgqueue.worker.executor import Executor
     from pgqueue.worker.settings import WorkerSettings
 
@@ -29,9 +29,16 @@ ERROR_BACKOFF = (0.1, 5.0)
 
 class Producer:
     def __init__(
-        self, app: App, settings: WorkerSettings, executor: Executor, stopping: asyncio.Event
+        self,
+        database: Database,
+        ctx: OpContext,
+        settings: WorkerSettings,
+        executor: Executor,
+        stopping: asyncio.Event,
     ) -> None:
-        self.app = app
+        self.database = database
+        self.ctx = ctx
+        self.episodes = Episodes("producer", *ERROR_BACKOFF)
         self.settings = settings
         self.executor = executor
         self.stopping = stopping
@@ -45,12 +52,12 @@ class Producer:
             self.wake.set()
 
     async def run(self) -> None:
-        ctx = self.app.op_context
-        db = self.app.database
+        ctx = self.ctx
+        db = self.database
         executor = self.executor
         batch_size = self.settings.batch_size
         worker_id = self.settings.worker_id
-        delay = ERROR_BACKOFF[0]
+        episodes = self.episodes
         while not self.stopping.is_set():
             free = executor.free()
             if free <= 0:
@@ -62,12 +69,11 @@ class Producer:
             leased_at = time.monotonic()
             try:
                 jobs = await db.run_async(consume.lease(ctx, self.queues, worker_id, want))
-            except DatabaseError as exc:
-                log.warning("lease failed; retrying", error=str(exc), retry_in=delay)
-                await wait_any(self.stopping, timeout=delay)
-                delay = min(delay * 2, ERROR_BACKOFF[1])
+            except Exception as exc:
+                await wait_any(self.stopping, timeout=episodes.failed(exc))
                 continue
-            delay = ERROR_BACKOFF[0]
+            if episodes.failing:
+                episodes.succeeded()
             for job in jobs:
                 executor.start(job, leased_at)
             if jobs:
@@ -81,8 +87,10 @@ class Producer:
         """Poll interval, shortened to when the next scheduled job becomes due."""
         timeout = jittered(self.settings.poll_interval)
         try:
-            due = await self.app.database.run_async(consume.next_due(self.queues))
-        except DatabaseError:
+            due = await self.database.run_async(consume.next_due(self.queues))
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
             return timeout
         if due is not None:
             timeout = min(timeout, max(due, 0.001))

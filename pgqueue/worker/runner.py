@@ -20,38 +20,57 @@ if TYPE_CHECKING:
 
 
 def run_worker(app: App, settings: WorkerSettings) -> None:
-    """Run a worker until SIGTERM/SIGINT; returns after a graceful stop.
+    """Run a worker until SIGTERM/SIGINT; returns after a graceful stop, or
+    raises the error that stopped it (after the same graceful shutdown).
 
     Sync tasks still running in threads at that point (handed back after the
     shutdown timeout, or abandoned after their own timeout) cannot be stopped
     and would hold the interpreter open until they return; their jobs are
     already recorded, so the process exits without waiting for them.
     """
+    worker = Worker(app, settings)
 
-    async def main() -> int:
+    async def main() -> None:
         try:
-            return await run_worker_async(app, settings, None)
+            await _run(worker, None)
         finally:
             await app.database.close_async_pool()
 
-    if threads_left := asyncio.run(main()):
-        structlog.get_logger("pgqueue.worker").warning(
-            "exiting without waiting for sync tasks still running in threads",
-            threads=threads_left,
-        )
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    try:
+        asyncio.run(main())
+    except BaseException as exc:
+        if worker.threads_left and exc is worker.fatal:
+            _exit_now(worker.threads_left, 1, f"error: {' '.join(str(exc).split())}")
+        raise
+    if worker.threads_left:
+        _exit_now(worker.threads_left, 0)
+
+
+def _exit_now(threads: int, code: int, message: str | None = None) -> None:
+    structlog.get_logger("pgqueue.worker").warning(
+        "exiting without waiting for sync tasks still running in threads", threads=threads
+    )
+    if message:
+        print(message, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Event | None) -> int:
     """Run a worker on the running loop until ``stop`` is set (or, when no
     ``stop`` is given, until SIGTERM/SIGINT). Returns how many sync tasks are
-    still running in threads."""
+    still running in threads; raises the error that stopped the worker."""
+    worker = Worker(app, settings)
+    await _run(worker, stop)
+    return worker.threads_left
+
+
+async def _run(worker: Worker, stop: asyncio.Event | None) -> None:
+    settings = worker.settings
     # Respect an application's own structlog setup unless asked to override it.
     if settings.log_level or settings.log_format or not structlog.is_configured():
         configure_logging(settings.log_level or "info", settings.log_format or "auto")
-    worker = Worker(app, settings)
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if (
@@ -67,4 +86,3 @@ async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Eve
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-    return worker.threads_left

@@ -15,17 +15,18 @@ LISTEN and for notifications lost while reconnecting.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import structlog
 
-from pgqueue.errors import DatabaseError
-from pgqueue.ops import schedules
+from pgqueue.ops import OpContext, schedules
+from pgqueue.worker.faults import Episodes
 from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.database import Database
 
 log = structlog.get_logger("pgqueue.scheduler")
 
@@ -38,28 +39,32 @@ ERROR_BACKOFF = (0.5, 10.0)
 
 
 async def run_scheduler(
-    app: App, stopped: asyncio.Event, wake: asyncio.Event | None = None
+    database: Database,
+    ctx: OpContext,
+    periodic: Sequence[schedules.ScheduleSpec],
+    stopped: asyncio.Event,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Run until ``stopped`` is set. ``wake``, set when a notification says a
-    schedule changed, cuts a sleep short; without it (no LISTEN) sleeps are
-    shorter, so that changes are still seen soon."""
-    longest = MAX_SLEEP if wake is not None and app.listen else MAX_SLEEP_POLLING
+    """Register the ``periodic`` schedules, then fire due schedules until
+    ``stopped`` is set. ``wake``, set when a notification says a schedule
+    changed, cuts a sleep short; without it (no LISTEN) sleeps are shorter, so
+    that changes are still seen soon. Transient database errors are ridden
+    out; others propagate."""
+    longest = MAX_SLEEP if wake is not None else MAX_SLEEP_POLLING
     wake = wake if wake is not None else asyncio.Event()
-    if not await _register(app, stopped):
+    if not await _register(database, ctx, periodic, stopped):
         return
     watched_since: datetime | None = None
     reported: dict[str, str] = {}
-    delay = ERROR_BACKOFF[0]
+    episodes = Episodes("scheduler", *ERROR_BACKOFF)
     while not stopped.is_set():
         wake.clear()  # a change notified while this step runs wakes the next sleep
         try:
-            tick = await app.database.run_async(schedules.fire_due(app.op_context, watched_since))
-        except DatabaseError as exc:
-            log.warning("scheduler cannot fire schedules; retrying", error=str(exc), retry_in=delay)
-            await wait_any(stopped, timeout=delay)
-            delay = min(delay * 2, ERROR_BACKOFF[1])
+            tick = await database.run_async(schedules.fire_due(ctx, watched_since))
+        except Exception as exc:
+            await wait_any(stopped, timeout=episodes.failed(exc))
             continue
-        delay = ERROR_BACKOFF[0]
+        episodes.succeeded()
         watched_since = tick.now
         _report(tick, reported)
         if tick.again:
@@ -71,23 +76,23 @@ async def run_scheduler(
         await wait_any(stopped, wake, timeout=max(0.0, pause))
 
 
-async def _register(app: App, stopped: asyncio.Event) -> bool:
+async def _register(
+    database: Database,
+    ctx: OpContext,
+    periodic: Sequence[schedules.ScheduleSpec],
+    stopped: asyncio.Event,
+) -> bool:
     """Create or update the ``@app.periodic`` schedules; False when stopped first."""
-    if not app.periodic_schedules:
+    if not periodic:
         return True
-    delay = ERROR_BACKOFF[0]
+    episodes = Episodes("scheduler", *ERROR_BACKOFF)
     while not stopped.is_set():
         try:
-            registered = await app.database.run_async(
-                schedules.register_periodic(app.op_context, app.periodic_schedules)
-            )
-        except DatabaseError as exc:
-            log.warning(
-                "cannot register periodic schedules yet; retrying", error=str(exc), retry_in=delay
-            )
-            await wait_any(stopped, timeout=delay)
-            delay = min(delay * 2, ERROR_BACKOFF[1])
+            registered = await database.run_async(schedules.register_periodic(ctx, periodic))
+        except Exception as exc:
+            await wait_any(stopped, timeout=episodes.failed(exc))
             continue
+        episodes.succeeded()
         log.info("periodic schedules registered", schedules=[s.name for s in registered])
         return True
     return False

@@ -20,7 +20,7 @@ def default_worker_id() -> str:
 class WorkerSettings:
     """How a worker runs.
 
-    - ``queues``: names to serve; None serves every queue.
+    - ``queues``: names to serve; None serves every queue (an empty list is refused).
     - ``concurrency``: jobs running at once in this process.
     - ``batch_size``: most jobs leased per statement (default: concurrency, at most 500).
     - ``poll_interval``: seconds between polls when no notification arrives.
@@ -64,11 +64,7 @@ class WorkerSettings:
         log_level: str | None = None,
         log_format: str | None = None,
     ) -> WorkerSettings:
-        names = None
-        if queues is not None:
-            if isinstance(queues, str):
-                queues = [queues]
-            names = tuple(dict.fromkeys(validation.queue_name(q) for q in queues)) or None
+        names = validation.queue_list(queues)
         concurrency = validation.positive_int("concurrency", concurrency, 100_000)
         if batch_size is None:
             batch_size = min(concurrency, 500)

@@ -3,6 +3,11 @@
 Shutdown: stop leasing; tell running tasks to stop (``should_stop()``); wait
 up to ``shutdown_timeout`` for them; hand the unfinished ones back (nack);
 write every buffered outcome; deregister.
+
+Every loop rides out transient database errors itself (see
+:mod:`pgqueue.worker.faults`). Anything else that escapes a loop is fatal:
+the worker logs it once, shuts down the same graceful way, and ``run``
+raises it (``pgqueue worker`` then exits non-zero).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pgqueue.errors import DatabaseError
+from pgqueue.errors import PgQueueError
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
+from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
@@ -44,8 +50,24 @@ class Worker:
         self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
         self.threads_left = 0  # sync tasks still running when the worker stopped
+        self.fatal: BaseException | None = None  # what stopped the worker, if not a request
 
     def request_stop(self) -> None:
+        self.stopping.set()
+
+    def fail(self, loop: str, exc: BaseException) -> None:
+        """A loop met an error it cannot ride out: stop the worker gracefully."""
+        if self.fatal is not None:
+            return
+        self.fatal = exc
+        log.error(
+            "stopping the worker: a worker loop failed on an error that retrying cannot fix",
+            loop=loop,
+            error=str(exc),
+            error_type=type(exc).__name__,
+            sqlstate=getattr(exc, "sqlstate", None),
+            exc_info=not isinstance(exc, PgQueueError),
+        )
         self.stopping.set()
 
     def on_signal(self, signum: int) -> None:
@@ -67,24 +89,26 @@ class Worker:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
-        completer = Completer(app)
-        executor = Executor(app, settings.concurrency, completer)
+        database, ctx = app.database, app.op_context
+        completer = Completer(database, ctx, self.fail)
+        executor = Executor(app.tasks, settings.concurrency, completer, app.max_result_bytes)
         completer.executor = executor
-        producer = Producer(app, settings, executor, self.stopping)
-        listener = Listener(app, self._dispatch_to(producer, executor), producer.wake.set)
+        producer = Producer(database, ctx, settings, executor, self.stopping)
+        listener = Listener(database, self._dispatch_to(producer, executor), producer.wake.set)
         heartbeat = Heartbeat(
-            app,
+            database,
+            ctx,
             settings,
             executor,
             self.stopped,
             lambda: settings.listen and listener.connected.is_set(),
         )
-        self._producer = producer
         await self._register(heartbeat)
         background = [
             self._supervise("heartbeat", heartbeat.run),
             self._supervise(
-                "reaper", lambda: reap_periodically(app, settings.reap_interval, self.stopped)
+                "reaper",
+                lambda: reap_periodically(database, ctx, settings.reap_interval, self.stopped),
             ),
         ]
         if settings.scheduler:
@@ -93,12 +117,16 @@ class Worker:
                     "scheduler",
                     # Stops firing as soon as the graceful shutdown begins.
                     lambda: run_scheduler(
-                        app, self.stopping, self.schedules_changed if settings.listen else None
+                        database,
+                        ctx,
+                        app.periodic_schedules,
+                        self.stopping,
+                        self.schedules_changed if settings.listen else None,
                     ),
                 )
             )
         if settings.listen:
-            background.append(asyncio.create_task(listener.run(), name="pgqueue-listener"))
+            background.append(self._supervise("listener", listener.run))
         log.info(
             "worker started",
             worker_id=settings.worker_id,
@@ -109,7 +137,7 @@ class Worker:
             scheduler=settings.scheduler,
             tasks=sorted(app.tasks),
         )
-        producing = asyncio.create_task(producer.run(), name="pgqueue-producer")
+        producing = self._supervise("producer", producer.run)
         relay = asyncio.create_task(self._relay(stop)) if stop is not None else None
         stopper = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -128,32 +156,35 @@ class Worker:
             await heartbeat.deregister()
             self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
+        if self.fatal is not None:
+            raise self.fatal
 
     async def _relay(self, stop: asyncio.Event) -> None:
         await stop.wait()
         self.stopping.set()
 
     async def _register(self, heartbeat: Heartbeat) -> None:
-        delay = STARTUP_BACKOFF[0]
+        """Register before leasing; waits out a database that is not usable yet
+        (down, starting, read-only, out of connections)."""
+        episodes = Episodes(
+            "registry", *STARTUP_BACKOFF, message="cannot register the worker yet; retrying"
+        )
         while True:
             try:
                 await heartbeat.register()
+                episodes.succeeded()
                 return
-            except DatabaseError as exc:
+            except Exception as exc:
                 if self.stopping.is_set():
                     raise
-                log.warning(
-                    "cannot register the worker yet; retrying", error=str(exc), retry_in=delay
-                )
-                await wait_any(self.stopping, timeout=delay)
-                delay = min(delay * 2, STARTUP_BACKOFF[1])
+                await wait_any(self.stopping, timeout=episodes.failed(exc))
 
     async def _shutdown(
         self, producing: asyncio.Task[None], executor: Executor, completer: Completer
     ) -> None:
         try:
             await asyncio.wait_for(producing, timeout=5.0)
-        except (TimeoutError, DatabaseError):
+        except TimeoutError:
             producing.cancel()
         executor.stop_all()
         if not executor.idle.is_set():
@@ -195,15 +226,14 @@ class Worker:
     def _supervise(
         self, name: str, loop_factory: Callable[[], Awaitable[None]]
     ) -> asyncio.Task[None]:
+        """Run a loop as a task; what escapes it stops the worker (see ``fail``)."""
+
         async def supervised() -> None:
-            while not self.stopped.is_set():
-                try:
-                    await loop_factory()
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("worker loop crashed; restarting it", loop=name)
-                    await asyncio.sleep(1.0)
+            try:
+                await loop_factory()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.fail(name, exc)
 
         return asyncio.create_task(supervised(), name=f"pgqueue-{name}")

@@ -14,7 +14,11 @@ generator, the test:
   replacement, so that four keep running;
 - ``pg_terminate_backend``s random connections of workers and tasks;
 - crashes the server once (``pg_ctl stop -m immediate``, then start) on a
-  private throwaway cluster.
+  private throwaway cluster;
+- holds ACCESS EXCLUSIVE locks on random queue tables every few seconds (the
+  workers' DSN sets ``lock_timeout`` and ``statement_timeout``, as production
+  databases do), makes one worker statement a deadlock victim, and turns the
+  database read-only once for a moment (sessions reset, as in a failover).
 
 The invariants are in :mod:`tests.chaos.invariants`. The seed comes from
 ``PGQUEUE_CHAOS_SEED`` (default below) and is printed; failures repeat it.
@@ -39,6 +43,13 @@ import pgqueue
 from pgqueue.errors import DatabaseError
 from tests.apps.chaos import TASK_APPLICATION_NAME, build_app, create_effects_table
 from tests.chaos import invariants
+from tests.fault_support import (
+    QUEUE_TABLES,
+    deadlock_with_a_worker,
+    locked,
+    set_read_only,
+    terminate_sessions,
+)
 from tests.fixtures.cluster import ThrowawayCluster
 from tests.fixtures.workers import WorkerProcess, Workers
 
@@ -54,6 +65,10 @@ KILL_EVERY = (2.5, 4.5)  # seconds between worker kills
 SIGTERM_SHARE = 0.2
 TERMINATE_EVERY = (0.5, 1.5)  # seconds between backend terminations
 HISTORY_SAMPLE = 150  # jobs whose merged history is compared with App.get_job
+LOCK_EVERY = (3.0, 6.0)  # seconds between table locks
+LOCK_HOLD = (0.3, 1.0)  # seconds each lock is held
+READ_ONLY_SECONDS = 1.5
+WORKER_OPTIONS = "-c lock_timeout=300ms -c statement_timeout=5s -c deadlock_timeout=1s"
 
 WORKER_APP = "tests.apps.chaos:app"
 WORKER_ARGS = (
@@ -117,6 +132,9 @@ class Chaos:
     sigterms: int = 0
     terminated: int = 0
     restarts: int = 0
+    locks: int = 0
+    deadlocks: int = 0
+    read_only_episodes: int = 0
     started_at: float = field(default_factory=time.monotonic)
 
     def log(self, message: str) -> None:
@@ -164,6 +182,34 @@ class Chaos:
         count = retrying(terminate, "terminating backends")
         self.terminated += count
         self.log(f"terminated {count} backends")
+
+    def lock_table(self) -> None:
+        table = self.rng.choice(QUEUE_TABLES)
+        hold = self.rng.uniform(*LOCK_HOLD)
+
+        def lock() -> None:
+            with locked(self.dsn, table):
+                time.sleep(hold)
+
+        retrying(lock, f"locking {table}")
+        self.locks += 1
+        self.log(f"held ACCESS EXCLUSIVE on {table} for {hold:.2f}s")
+
+    def deadlock(self) -> None:
+        won = deadlock_with_a_worker(self.dsn, time.monotonic() + 5.0)
+        self.deadlocks += won
+        self.log("deadlocked a worker statement" if won else "no deadlock came about")
+
+    def read_only_episode(self) -> None:
+        self.log("database read-only (sessions reset), as after a failover to a standby")
+        retrying(lambda: set_read_only(self.dsn, True), "turning the database read-only")
+        try:
+            terminate_sessions(self.dsn, *VICTIM_APPLICATIONS)
+            time.sleep(READ_ONLY_SECONDS)
+        finally:
+            retrying(lambda: set_read_only(self.dsn, False), "turning the database writable")
+        self.read_only_episodes += 1
+        self.log("database writable again")
 
     def restart_server(self) -> None:
         self.log("crashing the server (immediate stop), then starting it")
@@ -284,12 +330,16 @@ def test_nothing_is_lost_and_fencing_holds_under_chaos(
     interval = ENQUEUE_SECONDS / len(batches)
 
     workers = Workers(chaos_db, tmp_path)
-    chaos = Chaos(workers, cluster, test_dsn, chaos_db, rng)
+    worker_dsn = psycopg.conninfo.make_conninfo(chaos_db, options=WORKER_OPTIONS)
+    chaos = Chaos(workers, cluster, test_dsn, worker_dsn, rng)
     producer = build_app(test_dsn)
     try:
         chaos.keep_workers()
         start = time.monotonic()
         restart_at = start + rng.uniform(0.3, 0.6) * ENQUEUE_SECONDS
+        deadlock_at = start + rng.uniform(0.1, 0.25) * ENQUEUE_SECONDS
+        read_only_at = start + rng.uniform(0.7, 0.85) * ENQUEUE_SECONDS
+        next_lock = start + rng.uniform(*LOCK_EVERY)
         next_kill = start + rng.uniform(*KILL_EVERY)
         next_terminate = start + rng.uniform(*TERMINATE_EVERY)
         faults_end = start + ENQUEUE_SECONDS + FAULTS_AFTER_STREAM
@@ -301,6 +351,13 @@ def test_nothing_is_lost_and_fencing_holds_under_chaos(
                 sent += 1
             if chaos.restarts == 0 and now >= restart_at:
                 chaos.restart_server()
+            if chaos.deadlocks == 0 and now >= deadlock_at and now < deadlock_at + 10:
+                chaos.deadlock()
+            if chaos.read_only_episodes == 0 and now >= read_only_at:
+                chaos.read_only_episode()
+            if now >= next_lock:
+                chaos.lock_table()
+                next_lock = time.monotonic() + rng.uniform(*LOCK_EVERY)
             if now >= next_kill:
                 chaos.kill_one()
                 next_kill = now + rng.uniform(*KILL_EVERY)
@@ -339,12 +396,16 @@ def test_nothing_is_lost_and_fencing_holds_under_chaos(
     print(
         f"chaos seed {SEED}: {JOBS} jobs in {elapsed:.1f}s; {len(workers.started)} worker "
         f"processes, {chaos.kills} SIGKILLs, {chaos.sigterms} SIGTERMs, {chaos.terminated} "
-        f"backends terminated, {chaos.restarts} server crash+restart; {stats}"
+        f"backends terminated, {chaos.restarts} server crash+restart, {chaos.locks} table "
+        f"locks, {chaos.deadlocks} deadlocks, {chaos.read_only_episodes} read-only "
+        f"episodes; {stats}"
     )
     print("\n".join(chaos.events))
     assert chaos.restarts == 1
     assert chaos.kills > 0
     assert chaos.terminated > 0
+    assert chaos.locks > 0
+    assert chaos.read_only_episodes == 1
     # Otherwise the fencing checks below would have had nothing to catch.
     assert report.stats["runs_outliving_their_lease"] > 0, "no run outlived its lease"
     assert not report.violations, (
