@@ -23,7 +23,6 @@ from pgqueue.errors import InvalidOption
 from pgqueue.models import Job, JobStatus
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
-from pgqueue.ops.maintenance import workers as worker_rows
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -451,6 +450,12 @@ def task_stats_op() -> Op[list[TaskStats]]:
 
 def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
     rows = yield Execute(query, params or {})
+    return list(rows)
+
+
+def worker_rows() -> Op[list[dict[str, Any]]]:
+    """Registered workers, their heartbeat age and running job count."""
+    rows = yield Execute("worker_list", {}, rows="dict")
     return list(rows)
 
 

@@ -58,7 +58,14 @@ from pgqueue.dashboard.data import (
     visible_statuses,
 )
 from pgqueue.dashboard.live import LiveHub
-from pgqueue.errors import InvalidInput, InvalidOption, JobNotFound, PgQueueError, ScheduleNotFound
+from pgqueue.errors import (
+    DatabaseError,
+    InvalidInput,
+    InvalidOption,
+    JobNotFound,
+    PgQueueError,
+    ScheduleNotFound,
+)
 from pgqueue.explain import fmt_span
 
 if TYPE_CHECKING:
@@ -294,7 +301,9 @@ class Dashboard:
                 return self.error(request, 404, str(exc))
             except InvalidInput as exc:
                 return self.error(request, 400, str(exc))
-            except PgQueueError as exc:
+            except DatabaseError as exc:  # unreachable, timed out, read-only: try again later
+                return self.error(request, 503, str(exc))
+            except PgQueueError as exc:  # e.g. cancelling a finished job
                 return self.error(request, 409, str(exc))
             finally:
                 self.data.invalidate()  # what the action changed shows on the next page
