@@ -88,6 +88,14 @@ def dashboard(
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"pgqueue dashboard on http://{shown}:{port}{prefix}/ ({mode})", err=True)
     try:
-        uvicorn.run(asgi, host=host, port=port, log_level=log_level, access_log=False)
+        # Open event streams never end on their own: give them 5 s on shutdown.
+        uvicorn.run(
+            asgi,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
     finally:
         application.close()
