@@ -4,7 +4,8 @@ hot table, and what 100 browsers on the live stream cost.
 Fills the jobs table straight in SQL (``backlog`` jobs, 1M by default:
 mostly succeeded, some dead with a handful of error shapes, a ready backlog
 over five queues, scheduled and running jobs), ANALYZEs it, starts
-``pgqueue dashboard`` as a user would (read-only) and requests every page
+``pgqueue dashboard`` as a user would (read-only; ``--cache-ttl 0`` so
+that every request reads the database) and requests every page
 ``PAGE_REPS`` times, timing each response at the client (an upper bound on
 the server's time). Then it connects ``SSE_CLIENTS`` event streams, enqueues
 for a few seconds and reports the page times again, the refresh events each
@@ -172,6 +173,8 @@ def w_dashboard(ctx: Any) -> dict[str, Any]:
             str(port),
             "--log-level",
             "warning",
+            "--cache-ttl",
+            "0",
         ],
         env=env,
         stdout=subprocess.DEVNULL,

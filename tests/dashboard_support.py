@@ -73,6 +73,18 @@ def seed(factory: JobFactory) -> dict[str, int]:
             attempts=5,
             last_error=f"KeyError: user {user} not found",
         )
+    for attempt in range(1, 6):
+        factory.insert_attempt(
+            ids["dead17"],
+            attempt=attempt,
+            outcome="retry" if attempt < 5 else "failed",
+            started_at=-60.0 * (6 - attempt),
+            finished_at=-60.0 * (6 - attempt) + 0.2,
+            error_code="KeyError",
+            error_message="user 17 not found",
+            traceback='Traceback (most recent call last):\n  File "shop/tasks.py", line 41, '
+            "in send_mail\n    user = users[payload['user_id']]\nKeyError: 17",
+        )
     ids["dead_other"] = factory.insert(
         task="report.build",
         queue="reports",

@@ -44,6 +44,10 @@ def dashboard(
             help="Your App (pkg.module:app), to show its registered tasks' settings.",
         ),
     ] = None,
+    cache_ttl: Annotated[
+        float,
+        typer.Option(help="Seconds that browsers share a page's database reads (0: off).", min=0),
+    ] = 1.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the web dashboard: queues, jobs, dead letters, schedules, workers, tasks.
@@ -72,7 +76,7 @@ def dashboard(
         application = load_app(app_path)
     else:
         application = pgqueue.App(dsn=state.dsn, schema=state.schema, pool_min_size=0)
-    asgi: Any = create_app(application, read_only=read_only)
+    asgi: Any = create_app(application, read_only=read_only, cache_ttl=cache_ttl)
     if prefix:
         asgi = Starlette(routes=[Mount(prefix, app=asgi)])
     from pgqueue.logs import configure_logging

@@ -153,10 +153,10 @@ def _jsonable(value: Any) -> Any:
 class Dashboard:
     """Request handlers over one App."""
 
-    def __init__(self, app: App, guard: Guard) -> None:
+    def __init__(self, app: App, guard: Guard, cache_ttl: float = 1.0) -> None:
         self.app = app
         self.guard = guard
-        self.data = Data(app)
+        self.data = Data(app, ttl=cache_ttl)
         self.live = LiveHub(app, on_change=self.data.invalidate)
         self.env = _environment()
 
@@ -403,6 +403,7 @@ def create_app(
     read_only: bool = False,
     authorize: Authorize | None = None,
     token: str | None = None,
+    cache_ttl: float = 1.0,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve with uvicorn or mount in a host
     (Starlette/FastAPI ``app.mount("/pgqueue", create_app(queue_app))``).
@@ -411,13 +412,16 @@ def create_app(
     allows actions; without one, and without ``authorize``, the dashboard is
     read-only. ``authorize(request, action) -> bool`` (sync or async) lets a
     host decide each action after authenticating the user itself.
+    ``cache_ttl``: seconds that browsers share the reads of a page (0: off).
     """
     guard = Guard(
         token if token is not None else os.environ.get(TOKEN_ENV),
         read_only=read_only,
         authorize=authorize,
     )
-    dash = Dashboard(app, guard)
+    if cache_ttl < 0:
+        raise InvalidOption(f"cache_ttl must be 0 or more seconds, got {cache_ttl!r}")
+    dash = Dashboard(app, guard, cache_ttl)
     d = dash.data
 
     # --- pages -----------------------------------------------------------------
