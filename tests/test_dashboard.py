@@ -557,3 +557,30 @@ def test_concurrent_page_reads_share_one_database_read(
     first, after = asyncio.run(run())
     assert first == 1
     assert after == 2
+
+
+def test_mounted_in_a_host_app_under_a_prefix(app: pgqueue.App, seeded: dict[str, int]) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from pgqueue.dashboard import create_app
+    from tests.dashboard_support import TestClient
+
+    host = Starlette(
+        routes=[Mount("/ops/queue", create_app(app, authorize=lambda request, action: True))]
+    )
+    with TestClient(host, base_url="http://127.0.0.1") as c:
+        page = c.get("/ops/queue/jobs")
+        assert page.status_code == 200
+        assert 'href="/ops/queue/dead"' in page.text
+        assert 'src="/ops/queue/static/htmx.min.js"' in page.text
+        assert c.get("/ops/queue/static/htmx.min.js").status_code == 200
+        token = csrf(c, "/ops/queue/queues")
+        done = c.post(
+            "/ops/queue/actions/queues/mail/pause",
+            data={"csrf_token": token, "next": "/ops/queue/queues"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303
+        assert done.headers["location"].startswith("/ops/queue/queues?flash=")
+    assert app.metrics("mail")["mail"].paused is True
