@@ -584,3 +584,19 @@ def test_mounted_in_a_host_app_under_a_prefix(app: pgqueue.App, seeded: dict[str
         assert done.status_code == 303
         assert done.headers["location"].startswith("/ops/queue/queues?flash=")
     assert app.metrics("mail")["mail"].paused is True
+
+
+def test_cli_refuses_an_unusable_database_with_the_reason(db_dsn: str) -> None:
+    import os
+
+    env = {**os.environ, "PGQUEUE_DSN": db_dsn}
+    result = subprocess.run(
+        [sys.executable, "-m", "pgqueue_cli", "--schema", "nothere", "dashboard", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "nothere" in result.stderr
+    assert "migrate" in result.stderr

@@ -76,6 +76,13 @@ def dashboard(
         application = load_app(app_path)
     else:
         application = pgqueue.App(dsn=state.dsn, schema=state.schema, pool_min_size=0)
+    # Refuse to start on a database it cannot use, with the reason, rather
+    # than serve error pages.
+    report = application.check()
+    blocking = [c for c in report.checks if not c.ok and c.name in ("connection", "schema")]
+    if blocking:
+        application.close()
+        fail(blocking[0].message)
     asgi: Any = create_app(application, read_only=read_only, cache_ttl=cache_ttl)
     if prefix:
         asgi = Starlette(routes=[Mount(prefix, app=asgi)])
