@@ -121,7 +121,7 @@ def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory
 def test_read_only_refuses_every_action_with_403(
     app: pgqueue.App, seeded: dict[str, int], job_factory: JobFactory
 ) -> None:
-    with client(app) as c:
+    with client(app) as c, structlog.testing.capture_logs() as logs:
         token = csrf(c)
         for path, data in (
             (f"/actions/jobs/{seeded['queued']}/cancel", {}),
@@ -137,6 +137,9 @@ def test_read_only_refuses_every_action_with_403(
     assert status_of(job_factory, seeded["queued"]) == "queued"
     assert status_of(job_factory, seeded["dead17"]) == "dead"
     assert app.metrics("mail")["mail"].paused is False
+    refusals = [e for e in logs if e["event"] == "dashboard action refused"]
+    assert len(refusals) == 6
+    assert all("read-only" in e["reason"] for e in refusals)
 
 
 def test_read_only_flag_wins_over_a_token(app: pgqueue.App, seeded: dict[str, int]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import structlog
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -277,24 +277,40 @@ class Dashboard:
         async def endpoint(request: Request) -> Response:
             refused = self._authenticate(request)
             if refused is not None:
+                log.warning(
+                    "dashboard action refused",
+                    who=request.state.identity.who,
+                    action=name,
+                    path=request.url.path,
+                    reason="not authenticated",
+                )
                 return refused
             identity: Identity = request.state.identity
+
+            def refuse(reason: str) -> Response:
+                log.warning(
+                    "dashboard action refused",
+                    who=identity.who,
+                    action=name,
+                    path=request.url.path,
+                    reason=reason,
+                )
+                return self.error(request, 403, reason)
+
             if self.guard.read_only:
-                return self.error(
-                    request,
-                    403,
-                    f"read-only dashboard: {name} refused (set {TOKEN_ENV} to allow actions)",
+                return refuse(
+                    f"read-only dashboard: {name} refused (set {TOKEN_ENV} to allow actions)"
                 )
             form = await request.form()
             if identity.method != "bearer":
                 submitted = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
                 if not isinstance(submitted, str) or not self.guard.csrf_ok(request, submitted):
-                    return self.error(request, 403, "missing or invalid CSRF token")
+                    return refuse("missing or invalid CSRF token")
                 origin = request.headers.get("origin")
                 if origin and origin != "null" and urlsplit(origin).netloc != request.url.netloc:
-                    return self.error(request, 403, f"cross-origin request from {origin}")
+                    return refuse(f"cross-origin request from {origin}")
             if not await self.guard.allowed(request, name):
-                return self.error(request, 403, f"not allowed: {name}")
+                return refuse(f"not allowed: {name}")
             try:
                 outcome = await handler(request, form)
             except (JobNotFound, ScheduleNotFound) as exc:
@@ -339,10 +355,9 @@ class Dashboard:
                 },
                 action_url=request.url.path,
                 back=_safe_next(request, form),
-                fragment=bool(request.headers.get("hx-request")),
             )
         else:
-            target = _safe_next(request, form)
+            target = _without_flash(_safe_next(request, form))
             sep = "&" if "?" in target else "?"
             response = RedirectResponse(
                 target
@@ -354,6 +369,15 @@ class Dashboard:
             )
         response.headers.update(SECURITY_HEADERS)
         return response
+
+
+def _without_flash(target: str) -> str:
+    """``target`` without the message of an earlier action."""
+    path, _, query = target.partition("?")
+    kept = [
+        (k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in ("flash", "sig")
+    ]
+    return path + ("?" + urlencode(kept) if kept else "")
 
 
 def _root(request: Request) -> str:
