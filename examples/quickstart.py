@@ -1,6 +1,9 @@
 """End-to-end demo: migrate, enqueue real jobs, run `pgqueue worker`, show results.
 
     PGQUEUE_DSN=postgresql://postgres@127.0.0.1:5432/postgres python examples/quickstart.py
+
+Without a DSN and without a server at 127.0.0.1:5432, it starts a development
+PostgreSQL (`pgqueue dev`) when ``pgqueue[embedded]`` is installed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import pgqueue  # noqa: E402
+from pgqueue import embedded  # noqa: E402
+
+# No DSN configured and nothing at 127.0.0.1:5432: start a development
+# PostgreSQL when pgqueue[embedded] is installed (one line says where).
+try:
+    if (dev_dsn := embedded.ensure_for_development()) is not None:
+        os.environ["PGQUEUE_DSN"] = dev_dsn
+except embedded.EmbeddedUnavailable as exc:
+    sys.exit(f"error: {exc}")
+
 from examples.tasks import app  # noqa: E402
 
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 
 from pgqueue import health, validation
+from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
 from pgqueue.config import resolve_dsn
 from pgqueue.database import Database
-from pgqueue.errors import InvalidName, InvalidOption
+from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
 from pgqueue.models import (
     Enqueued,
@@ -26,6 +27,7 @@ from pgqueue.models import (
     LeasedJob,
     Page,
     QueueMetrics,
+    Replayed,
     Schedule,
     TableVacuum,
 )
@@ -39,10 +41,11 @@ from pgqueue.ops import (
     enqueue,
     inspect,
     maintenance,
+    operator,
     schedules,
 )
 from pgqueue.ops import health as health_ops
-from pgqueue.payloads import encode_result
+from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
@@ -163,8 +166,8 @@ class App:
         priority: int = 0,
         max_attempts: int = 5,
         retry: Backoff = DEFAULT_BACKOFF,
-        lease_seconds: float = 60,
-        timeout: float | timedelta | None = None,
+        lease_seconds: float | str = 60,
+        timeout: float | str | timedelta | None = None,
         pass_context: bool = False,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
@@ -226,18 +229,33 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: SyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
-        in ``conn``'s transaction when given."""
+        in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
+        Connection/Session, or Django's connection). ``dedup_window``: no new
+        job if one with this dedup_key was created within that many seconds;
+        ``debounce``: postpone and update the queued job holding the key."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return self.database.run(enqueue.enqueue_one(self.op_context, spec), conn)
+        return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
     async def enqueue_async(
         self,
@@ -247,30 +265,48 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: AsyncConn | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> Enqueued:
-        """Async twin of :meth:`enqueue`."""
+        """Async twin of :meth:`enqueue` (``conn``: an async connection or session)."""
         spec = JobSpec(
-            task, payload, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+            task,
+            payload,
+            queue,
+            priority,
+            run_at,
+            delay,
+            max_attempts,
+            dedup_key,
+            serial_key,
+            dedup_window,
+            debounce,
         )
-        return await self.database.run_async(enqueue.enqueue_one(self.op_context, spec), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
+        )
 
     def enqueue_many(
-        self, specs: Sequence[JobSpec], *, conn: SyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Enqueue many jobs in one statement and one transaction (all or
         nothing); dedup hits return the live job's id, in input order."""
-        return self.database.run(enqueue.enqueue_many(self.op_context, specs), conn)
+        return self.database.run(
+            enqueue.enqueue_many(self.op_context, specs), sync_connection(conn)
+        )
 
     async def enqueue_many_async(
-        self, specs: Sequence[JobSpec], *, conn: AsyncConn | None = None
+        self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Async twin of :meth:`enqueue_many`."""
-        return await self.database.run_async(enqueue.enqueue_many(self.op_context, specs), conn)
+        return await self.database.run_async(
+            enqueue.enqueue_many(self.op_context, specs), await async_connection(conn)
+        )
 
     # --- low-level consumer API ----------------------------------------------
 
@@ -300,14 +336,16 @@ class App:
         )
 
     def ack(self, leased: LeasedJob, result: Any = None) -> None:
-        """Mark a leased job succeeded, storing ``result`` (JSON). Raises
-        LeaseLost, changing nothing, when this lease is no longer valid."""
-        value = encode_result(result, self.max_result_bytes)
+        """Mark a leased job succeeded, storing ``result`` (JSON, with the
+        encoding of :func:`pgqueue.payloads.encode_result`). Raises LeaseLost,
+        changing nothing, when this lease is no longer valid, and
+        InvalidPayload, changing nothing, for a result that cannot be stored."""
+        value = _storable_result(result, self.max_result_bytes)
         self.database.run(consume.ack_many(self.op_context, [leased], [value]))
 
     async def ack_async(self, leased: LeasedJob, result: Any = None) -> None:
         """Async twin of :meth:`ack`."""
-        value = encode_result(result, self.max_result_bytes)
+        value = _storable_result(result, self.max_result_bytes)
         await self.database.run_async(consume.ack_many(self.op_context, [leased], [value]))
 
     def ack_many(self, leased: Sequence[LeasedJob]) -> None:
@@ -416,8 +454,9 @@ class App:
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """The job's stored return value, waiting (via NOTIFY, or polling when
         the App has ``listen=False``) until it finishes; no pooled connection
-        is held while waiting. Raises JobFailed (dead), JobCancelled, or
-        ResultTimeout."""
+        is held while waiting. Raises JobFailed (dead), JobCancelled,
+        ResultTimeout, or ResultNotStored (it succeeded, but its return value
+        could not be stored)."""
         return self.database.run_released(self._result_op(job_id, timeout))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
@@ -442,15 +481,57 @@ class App:
         """Async twin of :meth:`cancel`."""
         return await self.database.run_async(admin.cancel(job_id))
 
-    def replay(self, job_id: int, queue: str | None = None, run_at: datetime | None = None) -> int:
-        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns the new id."""
-        return self.database.run(admin.replay(job_id, queue, run_at))
+    def cancel_many(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Cancel up to ``limit`` live jobs in one short statement, chosen by
+        ``job_ids`` and/or the filters (``statuses``: queued, scheduled,
+        running; running ones are asked to stop); returns the ids. Call again
+        until it returns fewer than ``limit``."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in self.database.run(operator.cancel_batch(params))]
+
+    async def cancel_many_async(
+        self,
+        job_ids: Sequence[int] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+        limit: int = 1000,
+    ) -> list[int]:
+        """Async twin of :meth:`cancel_many`."""
+        params = operator.cancel_params(job_ids, queue, task, statuses, limit)
+        return [r[0] for r in await self.database.run_async(operator.cancel_batch(params))]
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete a queue and its settings (pause, limits); refused with
+        InvalidJobState while it holds live or dead jobs."""
+        self.database.run(operator.delete_queue(queue))
+
+    async def delete_queue_async(self, queue: str) -> None:
+        """Async twin of :meth:`delete_queue`."""
+        await self.database.run_async(operator.delete_queue(queue))
+
+    def replay(
+        self, job_id: int, queue: str | None = None, run_at: datetime | None = None
+    ) -> Replayed:
+        """Enqueue a copy of any job (e.g. a succeeded or dead one); returns
+        the new id as a :class:`Replayed` (an int with ``job_id`` and
+        ``replayed_from``, the fields of ``pgqueue jobs replay --json``)."""
+        return Replayed(self.database.run(admin.replay(job_id, queue, run_at)), job_id)
 
     async def replay_async(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
-    ) -> int:
+    ) -> Replayed:
         """Async twin of :meth:`replay`."""
-        return await self.database.run_async(admin.replay(job_id, queue, run_at))
+        return Replayed(await self.database.run_async(admin.replay(job_id, queue, run_at)), job_id)
 
     def requeue_dead(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""
@@ -785,3 +866,10 @@ class App:
 
 def _no_clock() -> datetime | None:
     return None
+
+
+def _storable_result(result: Any, max_bytes: int) -> str | None:
+    value = encode_result(result, max_bytes)
+    if isinstance(value, UnstoredResult):
+        raise InvalidPayload(f"cannot store the result: {value}")
+    return value

@@ -1,13 +1,32 @@
 """Where settings come from: the DSN (argument, then PGQUEUE_DSN, then
-DATABASE_URL, then libpq's own defaults)."""
+DATABASE_URL, then libpq's environment (PGHOST, ...) when set, else
+:data:`DEFAULT_DSN`)."""
 
 from __future__ import annotations
 
 import os
 
+#: The DSN used when nothing names a database: what README states and what a
+#: fresh PostgreSQL (or ``pgqueue dev``) answers on.
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+#: libpq environment variables that say where to connect: when any is set,
+#: libpq's own resolution (``""``) is used instead of DEFAULT_DSN.
+LIBPQ_TARGET_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+def configured_dsn() -> str | None:
+    """The DSN the environment names (PGQUEUE_DSN, DATABASE_URL), if any."""
+    return os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL") or None
+
 
 def resolve_dsn(dsn: str | None) -> str:
-    """The DSN to use; ``""`` lets libpq use PGHOST, PGUSER, ... and its defaults."""
+    """The DSN to use: ``dsn``, PGQUEUE_DSN, DATABASE_URL, ``""`` (libpq's
+    resolution) when a PG* variable says where, else :data:`DEFAULT_DSN`."""
     if dsn:
         return dsn
-    return os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL") or ""
+    if found := configured_dsn():
+        return found
+    if any(os.environ.get(name) for name in LIBPQ_TARGET_ENV):
+        return ""
+    return DEFAULT_DSN

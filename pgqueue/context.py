@@ -5,6 +5,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pgqueue.errors import InvalidOption
+
+if TYPE_CHECKING:
+    from pgqueue.worker.task_transaction import JobTransaction, TaskTransactions
 
 
 @dataclass(slots=True, eq=False)
@@ -15,6 +21,8 @@ class JobContext:
     shutting down; long tasks should check it and return early.
     ``extend(seconds)`` asks the worker to push this job's lease to now +
     seconds at once (the heartbeat does it; the call does not block).
+    ``transaction()`` gives a connection whose transaction also records the
+    job succeeded when it commits.
     """
 
     job_id: int
@@ -24,6 +32,7 @@ class JobContext:
     task: str
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _extend: Callable[[float], None] | None = field(default=None, repr=False)
+    _transactions: TaskTransactions | None = field(default=None, repr=False)
 
     def should_stop(self) -> bool:
         """True once the job was cancelled or the worker is shutting down."""
@@ -33,6 +42,25 @@ class JobContext:
         """Ask for the lease to be extended to now + ``seconds``."""
         if self._extend is not None:
             self._extend(seconds)
+
+    def transaction(self) -> JobTransaction:
+        """Complete the job in the task's own transaction::
+
+            with context.transaction() as conn:          # async: async with
+                conn.execute("INSERT INTO invoices ...")
+
+        The block runs in a transaction on a pooled psycopg connection; when it
+        ends normally the job is recorded succeeded in that same transaction,
+        fenced by this attempt's id, and then it commits. If the lease was lost
+        (the job was reaped) the block raises :class:`pgqueue.LeaseLost` and
+        nothing it wrote commits; if the block raises, it rolls back and the job
+        is retried as usual. Once committed, the task's return value and any
+        later exception are not recorded (the job's result stays null). One
+        block per attempt.
+        """
+        if self._transactions is None:
+            raise InvalidOption("context.transaction() is only available in a worker")
+        return self._transactions.open()
 
     def request_stop(self) -> None:
         """Set by the worker; tasks use :meth:`should_stop`."""

@@ -22,6 +22,7 @@ Every instant returned is an aware datetime in UTC.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -67,12 +68,74 @@ def normalize(expression: object) -> str:
             f"invalid cron expression {expression!r}: it has {len(fields)} fields; use 5 "
             "(minute hour day month weekday) or 6 (the sixth is seconds)"
         )
+    if not text.startswith("@"):
+        for (name, low, high, names), value in zip(_FIELDS, fields, strict=False):
+            if problem := _field_problem(value, low, high, names):
+                raise InvalidCron(
+                    f"invalid cron expression {expression!r}: {name} field {value!r}: {problem}"
+                )
     try:
         croniter(text, _REFERENCE).get_next(datetime)
     except Exception as exc:  # croniter raises ValueError, KeyError, IndexError, ... on garbage
-        reason = str(exc) or type(exc).__name__
-        raise InvalidCron(f"invalid cron expression {expression!r}: {reason}") from None
+        if "failed to find next date" in str(exc):
+            raise InvalidCron(
+                f"invalid cron expression {expression!r}: it never fires (no month has the "
+                "chosen day, e.g. 31 in February)"
+            ) from None
+        raise InvalidCron(
+            f"invalid cron expression {expression!r}: not understood ({type(exc).__name__}); "
+            "each field takes *, a number, a range a-b, a list a,b or a step */n"
+        ) from None
     return text
+
+
+_EXTENDED = re.compile(r"[#?]|\dL|^L", re.IGNORECASE)  # croniter's L, #, ? forms
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (name, lowest, highest, names counted from lowest) of the 5 fields, then seconds.
+_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    ("month", 1, 12, _MONTHS),
+    ("day-of-week", 0, 7, _DAYS),
+    ("second", 0, 59, ()),
+)
+
+
+def _field_problem(value: str, low: int, high: int, names: tuple[str, ...]) -> str | None:
+    """What is wrong with one field, in words; None when it looks right.
+    Forms croniter adds (L, W, #, ?) are left to it."""
+    if _EXTENDED.search(value) or (not names and any(m in value.upper() for m in "LW")):
+        return None
+    for item in value.split(","):
+        if not item:
+            return "an empty item in a list (two commas, or a trailing comma)"
+        base, slash, step = item.partition("/")
+        if slash and (not step.isdigit() or int(step) == 0):
+            return f"step {step!r} must be a whole number of at least 1"
+        if base == "*":
+            continue
+        bounds = []
+        for part in base.split("-", 1):
+            number = _number(part, low, names)
+            if number is None:
+                allowed = f" or a name ({names[0]}..{names[-1]})" if names else ""
+                return f"{part!r} is not a number{allowed}"
+            if not low <= number <= high:
+                return f"{number} is out of range {low}-{high}"
+            bounds.append(number)
+        if len(bounds) == 2 and bounds[0] > bounds[1]:
+            return f"range {base!r} goes backwards"
+    return None
+
+
+def _number(text: str, low: int, names: tuple[str, ...]) -> int | None:
+    if text.isdigit():
+        return int(text)
+    if text.lower() in names:
+        return names.index(text.lower()) + low
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,13 +66,30 @@ def connection_params(dsn: str, application_name: str = "pgqueue") -> str:
 
 
 def describe_target(dsn: str) -> str:
-    """``host:port/dbname`` for messages (never the password)."""
+    """``host:port/dbname`` for messages (never the password); what the DSN
+    leaves out is filled in as libpq would (PGHOST, ..., else its defaults)."""
     try:
         info = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "the given DSN"
-    host = info.get("host") or "local socket"
-    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+    defaults = _libpq_defaults()
+    host = info.get("host") or info.get("hostaddr") or defaults.get("host") or "local socket"
+    port = info.get("port") or defaults.get("port") or 5432
+    user = info.get("user") or defaults.get("user") or ""
+    dbname = info.get("dbname") or defaults.get("dbname") or user
+    return f"{host}:{port}/{dbname}"
+
+
+def _libpq_defaults() -> dict[str, str]:
+    """libpq's value for each connection option a DSN leaves out."""
+    try:
+        return {
+            o.keyword.decode(): o.val.decode()
+            for o in psycopg.pq.Conninfo.get_defaults()
+            if o.val is not None
+        }
+    except (psycopg.Error, UnicodeDecodeError):  # pragma: no cover - libpq without defaults
+        return {}
 
 
 def migrate_command(schema: str) -> str:
@@ -149,8 +166,8 @@ class ErrorTranslator:
             return exc
         if isinstance(exc, _SCHEMA_ERRORS):
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is not migrated or is older than this pgqueue '
-                f"({exc.diag.message_primary}): run `{migrate_command(self.schema)}`",
+                f'schema "{self.schema}" in {self.target} is not migrated or is older than '
+                f"this pgqueue ({exc.diag.message_primary}): run `{migrate_command(self.schema)}`",
                 sqlstate=exc.sqlstate,
             )
         if isinstance(exc, pg_errors.UniqueViolation) and exc.diag.constraint_name == (
@@ -461,12 +478,13 @@ class Database:
     def _schema_problem(self, revision: str | None) -> SchemaNotMigrated | None:
         if revision is None:
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is not migrated: run `{migrate_command(self.schema)}`'
+                f'schema "{self.schema}" in {self.translate.target} is not migrated: '
+                f"run `{migrate_command(self.schema)}`"
             )
         if revision != SCHEMA_REVISION:
             return SchemaNotMigrated(
-                f'schema "{self.schema}" is at revision {revision} but this pgqueue needs '
-                f"{SCHEMA_REVISION}: run `{migrate_command(self.schema)}`"
+                f'schema "{self.schema}" in {self.translate.target} is at revision {revision} '
+                f"but this pgqueue needs {SCHEMA_REVISION}: run `{migrate_command(self.schema)}`"
             )
         return None
 

@@ -97,6 +97,16 @@ class JobCancelled(JobFailed):
     """``result()`` of a job that was cancelled."""
 
 
+class ResultNotStored(PgQueueError):
+    """The job succeeded but its return value could not be stored (not
+    JSON-serialisable, or over ``max_result_bytes``); the message says why."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(f"job {job_id} succeeded but its result was not stored: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
 class ResultTimeout(PgQueueError, TimeoutError):
     """``result(timeout=...)`` gave up before the job finished."""
 

@@ -83,7 +83,7 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # Explicit EXECUTE, so that a database whose default privileges withhold
 # EXECUTE from PUBLIC works too. Names are unique in the schema: no signatures.
-_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "visible_status")
+_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "enqueue_windowed", "visible_status")
 _WORKER_FUNCTIONS = ("lease_jobs", "retry_delay", "queue_oldest_ready")
 _WORKER_SEQUENCES = ("attempt_id_seq",)
 
@@ -267,3 +267,25 @@ def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], sche
                 f"({warnings[0]}, and {len(warnings) - 1} more): nothing was granted; run "
                 f'pgqueue grant as the owner of schema "{schema}" or a superuser'
             )
+
+
+def grant_sql(role: str, kind: str, schema: str = "pgqueue", owner: str | None = None) -> list[str]:
+    """The SQL of :func:`grant` without connecting (``pgqueue grant --sql``),
+    for a DBA to review and run: the role need not exist yet. ``owner``: the
+    schema's owner, whom an admin becomes a member of (a comment says so when
+    it is not given)."""
+    role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
+    given = Owner(role_name(owner), False) if owner is not None else None
+    notes = [f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"']
+    if known == "admin":
+        notes += (
+            _notes(known, schema, given)
+            if given is not None
+            else [
+                "-- migrate and maintenance (VACUUM) need the rights of the owner of schema",
+                f'-- "{schema}": also run GRANT <owner> TO "{role}" (or pass --owner), unless',
+                "-- the owner is a superuser.",
+            ]
+        )
+    statements = grant_statements(role, known, schema, given)
+    return [*notes, *(f"{statement.as_string()};" for statement in statements)]

@@ -58,10 +58,16 @@ class JobSpec:
     queue: str | None = None
     priority: int | None = None
     run_at: datetime | None = None
-    delay: float | timedelta | None = None
+    delay: float | str | timedelta | None = None
     max_attempts: int | None = None
     dedup_key: str | None = None
     serial_key: str | None = None
+    #: No new job when one with this (queue, dedup_key) was created within
+    #: this many seconds, finished or not (the hit's id comes back).
+    dedup_window: float | timedelta | None = None
+    #: While the job holding dedup_key is still queued, replace its payload and
+    #: move its run_at to now + debounce seconds instead of creating one.
+    debounce: float | timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,3 +185,26 @@ class TableVacuum:
     dead_tuples_before: int
     dead_tuples_after: int
     total_bytes: int
+
+
+class Replayed(int):
+    """What ``replay()`` returns: the new job's id (an int, as before), also as
+    ``job_id``, with the original's id as ``replayed_from`` — the fields of
+    ``pgqueue jobs replay --json``."""
+
+    replayed_from: int
+
+    def __new__(cls, job_id: int, replayed_from: int) -> Replayed:
+        value = super().__new__(cls, job_id)
+        value.replayed_from = replayed_from
+        return value
+
+    @property
+    def job_id(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"Replayed(job_id={int(self)}, replayed_from={self.replayed_from})"
+
+    def __str__(self) -> str:
+        return str(int(self))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import re
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import PurePath
 from typing import Any
+from uuid import UUID
 
 from pgqueue.errors import InvalidPayload, PayloadTooLarge
 
@@ -139,20 +145,66 @@ def encode_batch(
     return f'{{"dedup":{_dumps(dedup)},"jobs":{doc}}}'
 
 
+class UnstoredResult(str):
+    """Stands in for a task's return value that cannot be stored (not JSON,
+    too big, ...); the text says why. The job still succeeds: its
+    ``last_error`` then reads ``result not stored: <why>`` and ``result()``
+    raises :class:`pgqueue.errors.ResultNotStored` instead of returning None."""
+
+
+#: How ``last_error`` of a succeeded job starts when its result was not stored.
+RESULT_NOT_STORED = "result not stored: "
+
+
+def _result_default(value: Any) -> Any:
+    """The documented encoding of common non-JSON return values."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, UUID | Decimal | PurePath):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(value)
+        except TypeError:  # mixed types: keep an arbitrary but complete order
+            return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    raise TypeError(f"a {type(value).__name__} is not JSON-serialisable")
+
+
+_dumps_result = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_result_default
+).encode
+
+
 def encode_result(value: Any, max_bytes: int) -> str | None:
-    """A task's return value as JSON, or None when it is None, not serialisable or too big."""
+    """A task's return value as JSON text; None for None. Besides JSON types,
+    datetime/date/time become ISO-8601 text, timedelta seconds, UUID, Decimal
+    and paths text, sets and tuples lists, enums their value, dataclasses
+    objects. What still cannot be stored comes back as an
+    :class:`UnstoredResult` saying why."""
     if value is None:
         return None
     try:
-        text = _dumps(value)
-    except (TypeError, ValueError, RecursionError):
-        return None
+        text = _dumps_result(value)
+    except RecursionError:
+        return UnstoredResult("the value nests too deeply to encode")
+    except (TypeError, ValueError) as exc:
+        return UnstoredResult(f"the value is not JSON-serialisable ({exc})")
     if "\\u0000" in text:
-        return None
+        return UnstoredResult("the value contains a NUL character, which PostgreSQL cannot store")
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
-        return None
-    if len(data) > max_bytes or nests_deeper(data, MAX_PAYLOAD_DEPTH):
-        return None
+        return UnstoredResult("the value holds a string that is not valid Unicode")
+    if len(data) > max_bytes:
+        return UnstoredResult(
+            f"the value is {len(data)} bytes of JSON, over the {max_bytes}-byte result limit"
+        )
+    if nests_deeper(data, MAX_PAYLOAD_DEPTH):
+        return UnstoredResult(f"the value nests deeper than {MAX_PAYLOAD_DEPTH} levels")
     return text

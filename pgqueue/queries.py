@@ -19,6 +19,7 @@ from pgqueue._resources import sql_dir
 
 QueryName = Literal[
     "job_enqueue_batch",
+    "job_enqueue_windowed",
     "job_lease",
     "job_ack_many",
     "job_fail_many",
@@ -68,6 +69,15 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
+    # sql/queries/operator.sql
+    "job_cancel_batch",
+    "job_cancel_count",
+    "job_status_many",
+    "queue_list",
+    "queue_delete",
+    "schema_summary",
+    "schema_drop",
+    # sql/queries/dashboard.sql
     "dashboard_queues",
     "dashboard_status_sample",
     "dashboard_estimate_scheduled",

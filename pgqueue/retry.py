@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgqueue import validation
 from pgqueue.errors import InvalidOption
 
 
@@ -52,16 +53,14 @@ DEFAULT_BACKOFF = Backoff()
 
 
 class Retry(Exception):
-    """Raise from a task to retry it after ``delay`` (seconds or timedelta).
+    """Raise from a task to retry it after ``delay`` (seconds, a timedelta or text like ``"5m"``).
 
     The attempt counts toward ``max_attempts``; when they are used up the job
     is dead-lettered instead.
     """
 
-    def __init__(self, delay: float | timedelta = 0.0, reason: str | None = None) -> None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise InvalidOption(f"Retry delay must be >= 0, got {seconds}")
+    def __init__(self, delay: float | str | timedelta = 0.0, reason: str | None = None) -> None:
+        seconds = validation.seconds("Retry delay", delay)
         super().__init__(reason or f"retry requested in {seconds:g}s")
         self.delay = seconds
 

@@ -8,15 +8,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue import validation
-from pgqueue.errors import InvalidOption
+from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
+from pgqueue.errors import InvalidOption, InvalidPayload
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import TaskDefaults
 from pgqueue.ops.enqueue import enqueue_one
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
-    import psycopg
-
     from pgqueue.app import App
 
 P = ParamSpec("P")
@@ -37,8 +36,8 @@ class Task(Generic[P, R]):
         priority: int = 0,
         max_attempts: int = 5,
         retry: Backoff = DEFAULT_BACKOFF,
-        lease_seconds: float = 60,
-        timeout: float | timedelta | None = None,
+        lease_seconds: float | str = 60,
+        timeout: float | str | timedelta | None = None,
         pass_context: bool = False,
     ) -> None:
         if not isinstance(retry, Backoff):
@@ -82,28 +81,68 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         priority: int | None = None,
         run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
+        delay: float | str | timedelta | None = None,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         serial_key: str | None = None,
-        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+        conn: ConnectionLike | None = None,
+        dedup_window: float | timedelta | None = None,
+        debounce: float | timedelta | None = None,
     ) -> TaskCall:
-        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``."""
+        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``.
+        ``conn``: see :meth:`pgqueue.App.enqueue`."""
         return TaskCall(
             self,
             JobSpec(
-                self.name, None, queue, priority, run_at, delay, max_attempts, dedup_key, serial_key
+                self.name,
+                None,
+                queue,
+                priority,
+                run_at,
+                delay,
+                max_attempts,
+                dedup_key,
+                serial_key,
+                dedup_window,
+                debounce,
             ),
             conn,
         )
 
-    def enqueue(self, **payload: Any) -> Enqueued:
-        """Enqueue a job with the task's defaults; the keyword arguments are its payload."""
-        return TaskCall(self, JobSpec(self.name), None).enqueue(**payload)
+    def enqueue(self, *args: Any, **payload: Any) -> Enqueued:
+        """Enqueue a job with the task's defaults; the arguments are its payload
+        (positional ones are stored under the function's parameter names:
+        ``send(42, "a@b.c")`` is ``send(order_id=42, email="a@b.c")``)."""
+        return TaskCall(self, JobSpec(self.name), None).enqueue(*args, **payload)
 
-    async def enqueue_async(self, **payload: Any) -> Enqueued:
+    async def enqueue_async(self, *args: Any, **payload: Any) -> Enqueued:
         """Async twin of :meth:`enqueue`."""
-        return await TaskCall(self, JobSpec(self.name), None).enqueue_async(**payload)
+        return await TaskCall(self, JobSpec(self.name), None).enqueue_async(*args, **payload)
+
+    def payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The payload (a JSON object of keyword arguments) for a call with
+        ``args`` and ``kwargs``; positional arguments take their parameter's name."""
+        if not args:
+            return kwargs
+        params = list(inspect.signature(self.func).parameters.values())
+        named = [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and not (self.pass_context and p.name == "context")
+        ]
+        if len(args) > len(named):
+            raise InvalidPayload(
+                f"task {self.name!r} takes {len(named)} positional argument"
+                f"{'s' if len(named) != 1 else ''} ({', '.join(named) or 'none'}), "
+                f"got {len(args)}: a payload holds named values only"
+            )
+        mapped = dict(zip(named, args, strict=False))
+        if twice := sorted(set(mapped) & set(kwargs)):
+            raise InvalidPayload(
+                f"task {self.name!r} got {', '.join(twice)} both by position and by name"
+            )
+        return {**mapped, **kwargs}
 
 
 class TaskCall:
@@ -126,16 +165,20 @@ class TaskCall:
             s.max_attempts,
             s.dedup_key,
             s.serial_key,
+            s.dedup_window,
+            s.debounce,
         )
 
-    def enqueue(self, **payload: Any) -> Enqueued:
+    def enqueue(self, *args: Any, **payload: Any) -> Enqueued:
         """Enqueue with these options (in ``conn``'s transaction when given)."""
         app = self.task.app
-        return app.database.run(enqueue_one(app.op_context, self._spec(payload)), self.conn)
+        spec = self._spec(self.task.payload(args, payload))
+        return app.database.run(enqueue_one(app.op_context, spec), sync_connection(self.conn))
 
-    async def enqueue_async(self, **payload: Any) -> Enqueued:
+    async def enqueue_async(self, *args: Any, **payload: Any) -> Enqueued:
         """Async twin of :meth:`enqueue` (``conn`` must be an async connection)."""
         app = self.task.app
+        spec = self._spec(self.task.payload(args, payload))
         return await app.database.run_async(
-            enqueue_one(app.op_context, self._spec(payload)), self.conn
+            enqueue_one(app.op_context, spec), await async_connection(self.conn)
         )

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pgqueue.durations import MAX_DURATION, parse_duration
 from pgqueue.errors import InvalidDuration, InvalidName, InvalidOption, InvalidPayload
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}")
@@ -107,13 +108,23 @@ def positive_int(name: str, value: object, maximum: int = 2**31 - 1) -> int:
 
 
 def seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
-    """Seconds from a number or timedelta; finite and not negative."""
+    """Seconds from a number, a timedelta or duration text (``"5m"``, the
+    parser the CLI uses); finite, not negative, at most ~100 years."""
+    if isinstance(value, str):
+        try:
+            value = parse_duration(value)
+        except InvalidDuration as exc:
+            raise InvalidDuration(f"{name}: {exc}") from None
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidDuration(f"{name} must be a number of seconds or a timedelta, got {value!r}")
+        raise InvalidDuration(
+            f"{name} must be a number of seconds, a timedelta or text like '5m', got {value!r}"
+        )
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidDuration(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    if value > MAX_DURATION.total_seconds():
+        raise InvalidDuration(f"{name} is too long: {value:g}s (at most 36500d, about 100 years)")
     return float(value)
 
 

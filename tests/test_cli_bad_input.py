@@ -85,7 +85,7 @@ def test_requeue_of_many_ids_writes_nothing_when_one_is_wrong(
         (("--batch",), '{"ok": 1}\n\n[3]\n', "stdin line 3 must be a JSON object"),
         (("--batch", "--payload", "{}"), "{}\n", "--batch reads payloads from stdin"),
         (("--payload", "{}", "--payload-file", "x"), None, "not both"),
-        (("--delay", "10s", "--run-at", "2099-01-01"), None, "give run_at or delay, not both"),
+        (("--delay", "10s", "--run-at", "2099-01-01"), None, "give --run-at or --delay, not both"),
         (("--queue", "bad queue"), None, "invalid queue name"),
         (("--priority", "99999"), None, "priority must be between"),
     ],

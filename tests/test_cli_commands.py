@@ -376,7 +376,7 @@ def test_queue_pause_resume_and_limits(db_dsn: str) -> None:
             " FROM pgqueue.queues WHERE name = 'mail'",
         )[0]
 
-    assert run_json(db_dsn, "queue", "pause", "mail") == {
+    assert run_json(db_dsn, "queue", "pause", "mail", "--create") == {
         "queue": "mail",
         "paused": True,
         "concurrency_limit": None,

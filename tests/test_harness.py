@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -33,13 +35,23 @@ def test_database_is_cloned_from_the_migrated_template(
 @pytest.mark.parametrize("ci", ["true", "1", "TRUE"])
 def test_no_server_under_ci_fails_instead_of_skipping(ci: str) -> None:
     with pytest.raises(pytest.fail.Exception, match="CI=true but no PostgreSQL"):
-        choose_server({"CI": ci}, docker_answers=lambda: False, find_bindir=lambda: None)
+        choose_server(
+            {"CI": ci},
+            docker_answers=lambda: False,
+            find_bindir=lambda: None,
+            embedded_available=lambda: False,
+        )
 
 
 @pytest.mark.parametrize("env", [{}, {"CI": "false"}, {"CI": ""}])
 def test_no_server_outside_ci_skips(env: dict[str, str]) -> None:
     with pytest.raises(pytest.skip.Exception):
-        choose_server(env, docker_answers=lambda: False, find_bindir=lambda: None)
+        choose_server(
+            env,
+            docker_answers=lambda: False,
+            find_bindir=lambda: None,
+            embedded_available=lambda: False,
+        )
 
 
 def test_explicit_dsn_wins_over_docker_and_local_binaries() -> None:
@@ -49,6 +61,23 @@ def test_explicit_dsn_wins_over_docker_and_local_binaries() -> None:
         find_bindir=lambda: pytest.fail("binaries must not be looked for"),
     )
     assert (source.kind, source.dsn) == ("env", "postgresql://u@h/db")
+
+
+def test_embedded_wheel_is_the_last_resort() -> None:
+    source = choose_server(
+        {"CI": "true"},
+        docker_answers=lambda: False,
+        find_bindir=lambda: None,
+        embedded_available=lambda: True,
+    )
+    assert source.kind == "embedded"
+    local = choose_server(
+        {},
+        docker_answers=lambda: False,
+        find_bindir=lambda: Path("/x"),
+        embedded_available=lambda: True,
+    )
+    assert local.kind == "local"
 
 
 @pytest.mark.slow

@@ -213,8 +213,13 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert (definer, config[:1], public) == (True, pinned, False)
     assert "search_path" not in " ".join(config[1:])
     assert functions["enqueue_rows"] == (False, None, False)
+    # 0007: enqueue() gained dedup_window/debounce; the previous signature
+    # lives on as enqueue_plain, and enqueue_windowed serves Python's batches.
+    assert functions["enqueue_plain"] == (True, pinned, False)
+    assert functions["enqueue_windowed"] == (True, pinned, False)
+    assert functions["dedup_claim"] == (False, None, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
-    assert definers == {"enqueue", "enqueue_batch"}
+    assert definers == {"enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed"}
 
 
 def test_a_producer_cannot_hijack_the_definer_functions(

@@ -16,13 +16,23 @@ from pgqueue_cli.options import JsonOption, QuietOption
 
 def check(
     max_ready_age: Annotated[
-        str, typer.Option(help="Fail when a queue's oldest ready job waited longer than this.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="Fail when a queue's oldest ready job waited longer than this."
+        ),
     ] = "5m",
     worker_timeout: Annotated[
-        str, typer.Option(help="A registered worker silent for longer than this is dead.")
+        str,
+        typer.Option(
+            metavar="DURATION", help="A registered worker silent for longer than this is dead."
+        ),
     ] = "60s",
     max_clock_skew: Annotated[
-        str, typer.Option(help="Fail when the server's clock differs from this machine's by more.")
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Fail when the server's clock differs from this machine's by more.",
+        ),
     ] = "5s",
     quiet: QuietOption = False,
     as_json: JsonOption = False,
@@ -32,7 +42,8 @@ def check(
     Stuck jobs are running jobs whose lease expired (no reaper ran); dead
     workers are registered workers without a heartbeat; paused queues never
     count as backlogged. Exit code 0 when every check passes, 1 otherwise,
-    for health probes and monitoring. With --json: a HealthReport object
+    for health probes and monitoring; with --quiet only the failed checks
+    are printed, one `error:` line each on stderr. With --json: a HealthReport object
     {"ok", "checks": [{"name", "ok", "message"}], ...}.
 
     Examples:
@@ -57,4 +68,8 @@ def check(
             output.info(f"{mark} {item.name}: {one_line(item.message)}")
         output.info("healthy" if report.ok else "unhealthy")
     if not report.ok:
+        if quiet:  # quiet hides the OK lines, never the reason for a failure
+            for item in report.checks:
+                if not item.ok:
+                    typer.echo(f"error: {item.name}: {one_line(item.message)}", err=True)
         raise typer.Exit(FAILURE)

@@ -71,7 +71,7 @@ def dashboard(
         fail("the dashboard needs its extra: pip install 'pgqueue[dashboard]'")
     prefix = _base_path(base_path)
     if app_path:
-        from pgqueue_cli.main import load_app
+        from pgqueue_cli.apps import load_app
 
         application = load_app(app_path)
     else:

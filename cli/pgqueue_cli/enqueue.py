@@ -35,7 +35,9 @@ def enqueue(
     ] = None,
     delay: Annotated[
         str | None,
-        typer.Option(help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False),
+        typer.Option(
+            metavar="DURATION", help="Run after this long, e.g. 30s, 15m, PT1H.", show_default=False
+        ),
     ] = None,
     run_at: Annotated[
         str | None, typer.Option(help="Run at this ISO-8601 time.", show_default=False)
@@ -48,6 +50,22 @@ def enqueue(
     ] = None,
     serial_key: Annotated[
         str | None, typer.Option(help="Jobs sharing this key run one at a time, in order.")
+    ] = None,
+    dedup_window: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dedup-key: no new job if one with the key was created within "
+            "this long (e.g. 1h), finished or not.",
+            show_default=False,
+        ),
+    ] = None,
+    debounce: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dedup-key: while the key's job is still queued, replace its "
+            "payload and run it this long from now (e.g. 30s).",
+            show_default=False,
+        ),
     ] = None,
     max_attempts: Annotated[
         int | None, typer.Option(help="Attempts before the job goes dead.", show_default=False)
@@ -80,15 +98,29 @@ def enqueue(
 
       jq -c '.[]' users.json | pgqueue enqueue welcome --batch
     """
+    if run_at is not None and delay is not None:
+        raise InvalidOption("give --run-at or --delay, not both")
     when = parsing.moment("--run-at", run_at)
     wait = parsing.optional_duration("--delay", delay)
+    window = parsing.optional_duration("--dedup-window", dedup_window)
+    settle = parsing.optional_duration("--debounce", debounce)
     if batch:
         if payload is not None or payload_file is not None:
             raise InvalidOption("--batch reads payloads from stdin: drop --payload/--payload-file")
         payloads = parsing.json_lines(sys.stdin.read().splitlines(), "stdin")
         specs = [
             pgqueue.JobSpec(
-                task, p, queue, priority, when, wait, max_attempts, dedup_key, serial_key
+                task,
+                p,
+                queue,
+                priority,
+                when,
+                wait,
+                max_attempts,
+                dedup_key,
+                serial_key,
+                window,
+                settle,
             )
             for p in payloads
         ]
@@ -116,6 +148,8 @@ def enqueue(
             max_attempts=max_attempts,
             dedup_key=dedup_key,
             serial_key=serial_key,
+            dedup_window=window,
+            debounce=settle,
         )
     if as_json:
         output.print_json(result)
@@ -147,9 +181,10 @@ def enqueue_all(
         return results
     # One transaction around the batches: a bad payload on line 90,000 or a
     # dropped connection leaves nothing half-imported, so the run can simply
-    # be repeated. Batches keep each statement (and its JSON) bounded.
+    # be repeated. Batches keep each statement (and its JSON) bounded. A pooled
+    # connection: it gets the pool's session setup and schema check.
     with (
-        app.database.connect() as conn,
+        app.database.sync_pool().connection() as conn,
         conn.transaction(),
         output.progress("enqueueing", len(specs), show_bar) as advance,
     ):

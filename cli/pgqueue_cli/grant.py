@@ -31,12 +31,24 @@ def grant(
         typer.Option("--admin", help="Everything: cancel, requeue, archive, prune, migrate..."),
     ] = False,
     sql: Annotated[
-        bool, typer.Option("--sql", help="Print the statements instead of running them.")
+        bool,
+        typer.Option(
+            "--sql",
+            help="Print the statements instead of running them (offline: no database needed).",
+        ),
     ] = False,
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            help="With --sql --admin: the schema's owner, whom the admin becomes a member of.",
+        ),
+    ] = None,
 ) -> None:
     """Grant a role exactly what a producer, a worker or an admin needs.
 
-    Run it as the owner of the schema (or a superuser) after `pgqueue
+    With --sql it only prints the SQL, without connecting (the role need not
+    exist yet). Run it as the owner of the schema (or a superuser) after `pgqueue
     migrate`, and again after a migration that adds tables. A producer cannot
     change jobs except by enqueuing; a worker cannot cancel, requeue, archive
     or prune; only an admin can migrate (as a member of the schema's owner,
@@ -47,13 +59,17 @@ def grant(
       pgqueue grant --role web --producer
 
       pgqueue grant --role jobs --worker --sql > grant-jobs.sql
+
+      pgqueue grant --role ops --admin --sql --owner app_owner
     """
     chosen = (producer, worker, admin)
     kinds = [kind for kind, on in zip(grants.KINDS, chosen, strict=True) if on]
     if len(kinds) != 1:
         raise InvalidOption("give exactly one of --producer, --worker or --admin")
-    text = grants.grant(role, kinds[0], dsn=state.dsn, schema=state.schema, dry_run=sql)
     if sql:
-        typer.echo("\n".join(text))
-    else:
-        output.info(f'granted {kinds[0]} rights on schema "{state.schema}" to role "{role}"')
+        typer.echo("\n".join(grants.grant_sql(role, kinds[0], state.schema, owner)))
+        return
+    if owner is not None:
+        raise InvalidOption("--owner goes with --sql (online, the owner is read from the database)")
+    grants.grant(role, kinds[0], dsn=state.dsn, schema=state.schema)
+    output.info(f'granted {kinds[0]} rights on schema "{state.schema}" to role "{role}"')

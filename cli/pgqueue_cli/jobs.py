@@ -7,9 +7,20 @@ from typing import Annotated
 import typer
 
 import pgqueue
+from pgqueue.errors import InvalidJobState, InvalidOption
+from pgqueue.ops import operator
 from pgqueue_cli import output, parsing
+from pgqueue_cli.bulk import bulk_cancel
 from pgqueue_cli.context import open_app
-from pgqueue_cli.options import CursorOption, JsonOption, LimitOption, QueueFilter, TaskFilter
+from pgqueue_cli.options import (
+    CursorOption,
+    JsonOption,
+    LimitOption,
+    QueueFilter,
+    TaskFilter,
+    YesOption,
+)
+from pgqueue_cli.queue import must_exist
 
 app = typer.Typer(
     name="jobs",
@@ -154,7 +165,7 @@ def show(
     if tracebacks:
         for a in attempts:
             if a.traceback:
-                console.rule(f"attempt {a.attempt} traceback")
+                output.info(f"--- attempt {a.attempt} traceback ---")
                 console.print(a.traceback, markup=False, highlight=False)
     output.info(f"why: {explanation}")
 
@@ -182,31 +193,122 @@ def _print_attempts(attempts: list[pgqueue.Attempt]) -> None:
 
 
 @app.command()
-def cancel(job_id: JobIdArgument, as_json: JsonOption = False) -> None:
-    """Cancel a job (a running one is asked to stop and ends cancelled after).
+def cancel(
+    job_ids: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="ID...", help="The jobs' ids.", show_default=False),
+    ] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Cancel the live jobs of this queue.")
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", "-t", help="Cancel the live jobs of this task.")
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="With --queue/--task: comma-separated queued, scheduled, running "
+            "(default: queued,scheduled).",
+        ),
+    ] = None,
+    if_live: Annotated[
+        bool,
+        typer.Option("--if-live", help="A job that already finished is not an error: skip it."),
+    ] = False,
+    yes: YesOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel jobs by id, or every live job matching --queue/--task/--status.
 
     A queued or scheduled job ends cancelled at once; a running one is asked
-    to stop and ends cancelled when its attempt ends.
-
-    Cancelling a finished job is an error. With --json: {"job_id", "status"}
-    (status "cancelled", or "running" while the worker stops it).
+    to stop and ends cancelled when its attempt ends. Cancelling a finished
+    job is an error unless --if-live; an unknown id is always an error, and
+    then nothing is cancelled. A cancel by filter counts the jobs and asks
+    first (--yes to skip). With --json: {"job_id", "status"} (status
+    "cancelled", "running" while the worker stops it, or the final status of
+    a job skipped by --if-live), a list of them for several ids; by filter:
+    {"cancelled": n}.
 
     Examples:
 
       pgqueue jobs cancel 42
+
+      pgqueue jobs cancel 42 43 44 --if-live
+
+      pgqueue jobs cancel --queue mail --task send_receipt --status queued --yes
     """
-    ident = parsing.job_id(job_id)
-    with open_app() as queue_app:
-        status = queue_app.cancel(ident)
-    if as_json:
-        output.print_json({"job_id": ident, "status": status})
-    elif status == pgqueue.JobStatus.CANCELLED:
-        output.info(f"job {ident} cancelled")
-    else:
-        output.info(
-            f"job {ident} is running: its worker was asked to stop; "
-            "it ends cancelled when the attempt ends"
+    if job_ids and (queue is not None or task is not None or status is not None):
+        raise InvalidOption("give job ids or --queue/--task/--status filters, not both")
+    if not job_ids:
+        if queue is None and task is None:
+            raise InvalidOption("give job ids, or --queue and/or --task to cancel by filter")
+        statuses = parsing.csv(status) if status is not None else ["queued", "scheduled"]
+        filters = " and ".join(
+            f"{name} {value!r}" for name, value in (("queue", queue), ("task", task)) if value
         )
+        with open_app() as queue_app:
+            if queue is not None:
+                must_exist(queue_app, queue, None)
+            done = bulk_cancel(
+                queue_app, f"with {filters}", yes, queue=queue, task=task, statuses=statuses
+            )
+        if as_json:
+            output.print_json({"cancelled": done})
+        else:
+            output.info(f"cancelled {done} job{'s' if done != 1 else ''} with {filters}")
+        return
+    idents = list(dict.fromkeys(parsing.job_id(text) for text in job_ids))
+    with open_app() as queue_app:
+        found = queue_app.database.run(operator.job_statuses(idents))
+        if missing := [i for i in idents if i not in found]:
+            raise pgqueue.JobNotFound(missing[0])
+        finished = {i: s for i, s in found.items() if s not in operator.CANCELLABLE}
+        if finished and not if_live:
+            first = next(iter(finished))
+            raise InvalidJobState(
+                f"job {first} already finished ({finished[first]}): nothing to cancel "
+                "(--if-live skips finished jobs); nothing was cancelled"
+            )
+        live = [i for i in idents if i not in finished]
+        changed = (
+            {
+                job_id: after
+                for job_id, _before, after in queue_app.database.run(
+                    operator.cancel_batch(
+                        operator.cancel_params(live, None, None, operator.CANCELLABLE, 100_000)
+                    )
+                )
+            }
+            if live
+            else {}
+        )
+        # Live but not changed: a running job already asked to stop, or one
+        # that finished meanwhile.
+        rest = [i for i in live if i not in changed]
+        if rest:
+            found = queue_app.database.run(operator.job_statuses(rest))
+    results = [
+        {"job_id": i, "status": changed.get(i) or finished.get(i) or found.get(i, "unknown")}
+        for i in idents
+    ]
+    if as_json:
+        output.print_json(results[0] if len(results) == 1 else results)
+        return
+    for r in results:
+        job_id, now = r["job_id"], r["status"]
+        if job_id in finished:
+            output.info(f"job {job_id} already {now}: skipped")
+        elif now == "cancelled":
+            output.info(f"job {job_id} cancelled")
+        elif now == "running":
+            output.info(
+                f"job {job_id} is running: its worker was asked to stop; "
+                "it ends cancelled when the attempt ends"
+            )
+        else:
+            output.info(f"job {job_id} is {now}")
 
 
 @app.command()
@@ -235,7 +337,7 @@ def replay(
     with open_app() as queue_app:
         new_id = queue_app.replay(ident, queue=queue, run_at=when)
     if as_json:
-        output.print_json({"job_id": new_id, "replayed_from": ident})
+        output.print_json({"job_id": new_id.job_id, "replayed_from": new_id.replayed_from})
     else:
         output.info(f"job {ident} replayed as job {new_id}")
 

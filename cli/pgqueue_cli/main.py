@@ -8,18 +8,36 @@ module, to avoid an import cycle).
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 import pgqueue
-from pgqueue.errors import PgQueueError
-from pgqueue_cli import check, dlq, enqueue, grant, jobs, maintenance, queue, schedule, status
+from pgqueue.errors import InvalidOption, PgQueueError
+from pgqueue.logs import LEVELS
+from pgqueue_cli import (
+    apps,
+    check,
+    dashboard,
+    dev,
+    dlq,
+    enqueue,
+    grant,
+    helptext,
+    jobs,
+    maintenance,
+    parsing,
+    queue,
+    schedule,
+    status,
+    uninstall,
+)
 from pgqueue_cli.context import state
-from pgqueue_cli.errors import PgQueueGroup, fail, one_line
+from pgqueue_cli.errors import PgQueueGroup, one_line
+
+helptext.install()
 
 app = typer.Typer(
     name="pgqueue",
@@ -28,6 +46,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+LOG_FORMATS = ("auto", "console", "json")
 
 
 def version_callback(value: bool) -> None:
@@ -41,7 +62,8 @@ def main(
     dsn: Annotated[
         str | None,
         typer.Option(
-            help="PostgreSQL DSN (else PGQUEUE_DSN, DATABASE_URL, libpq defaults).",
+            help="PostgreSQL DSN (else PGQUEUE_DSN, DATABASE_URL, libpq's PG* variables, "
+            "else postgresql://postgres@127.0.0.1:5432/postgres).",
             envvar="PGQUEUE_DSN",
             show_envvar=False,
         ),
@@ -78,7 +100,7 @@ def migrate(
         bool, typer.Option("--sql", help="Print the SQL for a DBA instead of running it.")
     ] = False,
 ) -> None:
-    """Create or upgrade the pgqueue schema (idempotent).
+    """Create or upgrade the pgqueue schema (idempotent); says what it applied.
 
     Examples:
 
@@ -86,32 +108,29 @@ def migrate(
 
       pgqueue --schema jobs migrate --sql > pgqueue.sql
     """
-    from pgqueue.migrate import upgrade
+    from pgqueue.migrate import current, upgrade
 
-    upgrade(state.dsn, state.schema, sql=sql)
-    if not sql:
-        typer.echo(f'schema "{state.schema}" is up to date')
+    if sql:
+        upgrade(state.dsn, state.schema, sql=True)
+        return
+    before = current(state.dsn, state.schema)
+    upgrade(state.dsn, state.schema)
+    after = current(state.dsn, state.schema)
+    typer.echo(migrated_message(state.schema, before, after))
 
 
-def load_app(path: str) -> pgqueue.App:
-    """Import ``pkg.module:attribute`` and return the App it names."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        fail(f"--app must look like pkg.module:app, got {path!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        fail(f"cannot import {module_name!r}: {exc}")
-    obj: Any = getattr(module, attribute, None)
-    if not isinstance(obj, pgqueue.App):
-        fail(f"{path!r} is not a pgqueue.App (got {type(obj).__name__})")
-    return obj
+def migrated_message(schema: str, before: str | None, after: str | None) -> str:
+    """What ``migrate`` did: created, upgraded (from → to), or nothing to do."""
+    if before == after:
+        return f'schema "{schema}" is up to date (revision {after}): nothing applied'
+    if before is None:
+        return f'created schema "{schema}": 0001 → {after}'
+    return f'upgraded schema "{schema}": {before} → {after}'
 
 
 @app.command()
 def worker(
+    ctx: typer.Context,
     app_path: Annotated[
         str,
         typer.Option("--app", envvar="PGQUEUE_APP", help="The App to serve, as pkg.module:app."),
@@ -120,17 +139,29 @@ def worker(
         list[str] | None,
         typer.Option("--queue", "-q", help="Queue to serve (repeatable); default: all."),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Jobs running at once in this process.")] = 10,
+    concurrency: Annotated[
+        int, typer.Option(help="Jobs running at once in this process.", min=1, max=100_000)
+    ] = 10,
     batch_size: Annotated[
         int | None,
-        typer.Option(help="Most jobs leased per statement (default: concurrency, at most 500)."),
+        typer.Option(
+            help="Most jobs leased per statement (default: concurrency, at most 500).",
+            min=1,
+            max=100_000,
+        ),
     ] = None,
     poll_interval: Annotated[
-        float, typer.Option(help="Seconds between polls when no notification comes.")
-    ] = 2.0,
+        str,
+        typer.Option(
+            metavar="DURATION", help="Time between polls when no notification comes, e.g. 2s."
+        ),
+    ] = "2s",
     shutdown_timeout: Annotated[
-        float, typer.Option(help="Seconds running jobs get to finish on SIGTERM.")
-    ] = 30.0,
+        str,
+        typer.Option(
+            metavar="DURATION", help="Time running jobs get to finish on SIGTERM, e.g. 30s or 2m."
+        ),
+    ] = "30s",
     scheduler: Annotated[
         bool, typer.Option("--scheduler/--no-scheduler", help="Run the cron scheduler.")
     ] = True,
@@ -141,7 +172,9 @@ def worker(
             help="Wake on LISTEN/NOTIFY (off behind a transaction-mode PgBouncer).",
         ),
     ] = True,
-    reap_interval: Annotated[float, typer.Option(help="Seconds between reaper runs.")] = 5.0,
+    reap_interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between reaper runs, e.g. 5s.")
+    ] = "5s",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     log_format: Annotated[
         str, typer.Option(help="auto (console on a TTY, else JSON), console or json.")
@@ -149,22 +182,37 @@ def worker(
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
+    The worker serves the App's database and schema: a global --dsn is what
+    an App created without dsn= connects to; a --dsn or --schema that differs
+    from the App's own is refused.
+
     Examples:
 
       pgqueue worker --app myproject.tasks:app --queue mail --concurrency 20
+
+      pgqueue worker --app ./tasks.py:app --shutdown-timeout 2m
     """
-    application = load_app(app_path)
-    if state.dsn and application.dsn != state.dsn:
-        fail("--dsn differs from the App's dsn; configure the App instead")
+    if log_format not in LOG_FORMATS:
+        raise InvalidOption(f"--log-format must be auto, console or json, got {log_format!r}")
+    if log_level.lower() not in LEVELS:
+        raise InvalidOption(f"--log-level must be one of {', '.join(LEVELS)}, got {log_level!r}")
+    poll = parsing.duration("--poll-interval", poll_interval)
+    shutdown = parsing.duration("--shutdown-timeout", shutdown_timeout)
+    reap = parsing.duration("--reap-interval", reap_interval)
+    if state.dsn and apps.given_on_command_line(ctx, "dsn"):
+        # An App() that names no DSN reads PGQUEUE_DSN when the module is imported.
+        os.environ["PGQUEUE_DSN"] = state.dsn
+    application = apps.load_app(app_path)
+    apps.check_target(application, ctx, state.dsn, state.schema)
     application.run_worker(
         queues=queue or None,
         concurrency=concurrency,
         batch_size=batch_size,
-        poll_interval=poll_interval,
-        shutdown_timeout=shutdown_timeout,
+        poll_interval=poll.total_seconds(),
+        shutdown_timeout=shutdown.total_seconds(),
         scheduler=scheduler,
         listen=listen,
-        reap_interval=reap_interval,
+        reap_interval=reap.total_seconds(),
         log_level=log_level,
         log_format=log_format,
     )
@@ -183,7 +231,9 @@ app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)
 app.command()(grant.grant)
-app.command()(importlib.import_module("pgqueue_cli.dashboard").dashboard)
+app.command()(uninstall.uninstall)
+app.command()(dev.dev)
+app.command()(dashboard.dashboard)
 
 
 def run() -> None:

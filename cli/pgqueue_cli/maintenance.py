@@ -14,6 +14,7 @@ OlderThan = Annotated[
     str,
     typer.Option(
         "--older-than",
+        metavar="DURATION",
         help="Age cutoff by finish time: 30s, 15m, 7d, P7D...",
         show_default=False,
     ),

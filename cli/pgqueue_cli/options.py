@@ -31,3 +31,7 @@ CursorOption = Annotated[
     str | None,
     typer.Option(help="Continue after the page that printed this cursor (keyset pagination)."),
 ]
+YesOption = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Do it without asking (needed when stdin is not a terminal)."),
+]

@@ -33,9 +33,15 @@ from pgqueue.explain import fmt_span
 
 def stdout() -> Console:
     """A console on the current stdout (looked up per call: tests swap sys.stdout)."""
-    # Off a terminal, rich would wrap tables at 80 columns; piped output is
-    # better wide and unwrapped.
-    return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    # Off a terminal, rich would wrap at 80 columns (or COLUMNS); piped output
+    # is never wrapped: each table row stays on one line for grep and awk.
+    if sys.stdout.isatty():
+        return Console(file=sys.stdout, soft_wrap=False)
+    return Console(file=sys.stdout, soft_wrap=True, width=UNWRAPPED_WIDTH)
+
+
+#: The console width off a terminal: wider than any row, so nothing wraps.
+UNWRAPPED_WIDTH = 1_000_000
 
 
 def stderr() -> Console:

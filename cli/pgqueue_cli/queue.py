@@ -1,4 +1,4 @@
-"""``pgqueue queue``: pause, resume and limit queues across every worker."""
+"""``pgqueue queue``: pause, resume, limit, purge and delete queues across every worker."""
 
 from __future__ import annotations
 
@@ -7,21 +7,29 @@ from typing import Annotated, Any
 import typer
 
 import pgqueue
+from pgqueue import validation
+from pgqueue.errors import InvalidName
+from pgqueue.ops import admin, operator
 from pgqueue_cli import output
+from pgqueue_cli.bulk import bulk_cancel
 from pgqueue_cli.context import open_app
-from pgqueue_cli.options import JsonOption
+from pgqueue_cli.options import JsonOption, YesOption
 
 app = typer.Typer(
     name="queue",
-    help="Control queues on every worker at once: pause, resume, limit.",
+    help="Control queues on every worker at once: pause, resume, limit, purge, delete.",
     no_args_is_help=True,
 )
 
 QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue's name.")]
+CreateOption = Annotated[
+    bool,
+    typer.Option("--create", help="Create the queue when it does not exist yet (else: an error)."),
+]
 
 
 @app.command()
-def pause(queue: QueueArgument, as_json: JsonOption = False) -> None:
+def pause(queue: QueueArgument, create: CreateOption = False, as_json: JsonOption = False) -> None:
     """Stop every worker from leasing jobs of a queue (enqueueing still works; running jobs finish).
 
     With --json: {"queue", "paused", "concurrency_limit", "rate_limit"}.
@@ -29,15 +37,18 @@ def pause(queue: QueueArgument, as_json: JsonOption = False) -> None:
     Examples:
 
       pgqueue queue pause mail
+
+      pgqueue queue pause reports --create
     """
     with open_app() as queue_app:
+        must_exist(queue_app, queue, create)
         queue_app.pause_queue(queue)
         settings = current(queue_app, queue)
     report(settings, as_json, f"queue {queue!r} paused")
 
 
 @app.command()
-def resume(queue: QueueArgument, as_json: JsonOption = False) -> None:
+def resume(queue: QueueArgument, create: CreateOption = False, as_json: JsonOption = False) -> None:
     """Let workers lease jobs of a paused queue again.
 
     With --json: {"queue", "paused", "concurrency_limit", "rate_limit"}.
@@ -47,6 +58,7 @@ def resume(queue: QueueArgument, as_json: JsonOption = False) -> None:
       pgqueue queue resume mail
     """
     with open_app() as queue_app:
+        must_exist(queue_app, queue, create)
         queue_app.resume_queue(queue)
         settings = current(queue_app, queue)
     report(settings, as_json, f"queue {queue!r} resumed")
@@ -68,6 +80,7 @@ def limit(
     clear: Annotated[
         bool, typer.Option("--clear", help="Lift the limits not given in this command.")
     ] = False,
+    create: CreateOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Set a queue's concurrency and rate limits, over all workers.
@@ -85,7 +98,13 @@ def limit(
 
       pgqueue queue limit mail --clear
     """
+    # Bad values first: they are wrong whether or not the queue exists.
+    if rate is not None:
+        admin.parse_rate(rate)
+    if concurrency is not None:
+        validation.positive_int("--concurrency", concurrency)
     with open_app() as queue_app:
+        must_exist(queue_app, queue, create)
         before = current(queue_app, queue)
         changing = clear or concurrency is not None or rate is not None
         if changing:
@@ -98,6 +117,70 @@ def limit(
             )
         settings = current(queue_app, queue) if changing else before
     report(settings, as_json, f"queue {queue!r} limits set" if changing else None)
+
+
+@app.command()
+def purge(
+    queue: QueueArgument,
+    running: Annotated[
+        bool, typer.Option("--running", help="Also ask the queue's running jobs to stop.")
+    ] = False,
+    yes: YesOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel every queued and scheduled job of a queue (asks first; --yes to skip).
+
+    Running jobs finish unless --running (they are asked to stop and end
+    cancelled). Cancelled jobs stay visible and can be replayed. With --json:
+    {"queue", "cancelled"}.
+
+    Examples:
+
+      pgqueue queue purge mail
+
+      pgqueue queue purge mail --running --yes
+    """
+    statuses = ["queued", "scheduled", *(["running"] if running else [])]
+    with open_app() as queue_app:
+        must_exist(queue_app, queue, create=None)
+        done = bulk_cancel(queue_app, f"of queue {queue!r}", yes, queue=queue, statuses=statuses)
+    if as_json:
+        output.print_json({"queue": queue, "cancelled": done})
+    else:
+        output.info(f"cancelled {done} job{'s' if done != 1 else ''} of queue {queue!r}")
+
+
+@app.command()
+def delete(queue: QueueArgument, as_json: JsonOption = False) -> None:
+    """Delete a queue and its settings (pause, limits).
+
+    Refused while the queue holds queued, scheduled, running or dead jobs:
+    purge it first. Succeeded and cancelled jobs stay. A later job in the
+    queue creates it again. With --json: {"queue", "deleted": true}.
+
+    Examples:
+
+      pgqueue queue delete old-mail
+    """
+    with open_app() as queue_app:
+        queue_app.delete_queue(queue)
+    if as_json:
+        output.print_json({"queue": queue, "deleted": True})
+    else:
+        output.info(f"queue {queue!r} deleted")
+
+
+def must_exist(app: pgqueue.App, queue: str, create: bool | None) -> None:
+    """Refuse a queue that does not exist (a typo would otherwise create it or
+    show nothing); ``create`` True allows it, None: the command has no --create."""
+    validation.queue_name(queue)
+    if create:
+        return
+    names = app.database.run(operator.queue_names())
+    if queue not in names:
+        known = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
+        hint = "; pass --create to create it" if create is False else ""
+        raise InvalidName(f"unknown queue {queue!r} (queues: {known or 'none yet'}){hint}")
 
 
 def current(app: pgqueue.App, queue: str) -> dict[str, Any]:

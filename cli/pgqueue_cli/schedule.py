@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import typer
 
 import pgqueue
+from pgqueue.errors import DuplicateSchedule
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
 from pgqueue_cli.options import JsonOption
@@ -72,6 +73,11 @@ def add(
     """
     body = parsing.json_object(payload, "--payload") if payload is not None else None
     with open_app() as schedule_app:
+        if not replace and name in {s.name for s in schedule_app.list_schedules()}:
+            raise DuplicateSchedule(
+                f"a schedule named {name!r} already exists: pass --replace to overwrite it, "
+                f"or remove it first (`pgqueue schedule remove {name}`)"
+            )
         schedule = schedule_app.add_schedule(
             name,
             cron,
@@ -132,6 +138,10 @@ def enable(name: NameArgument, as_json: JsonOption = False) -> None:
     """Enable a schedule: it next fires at its first slot from now on.
 
     With --json: the Schedule.
+
+    Examples:
+
+      pgqueue schedule enable nightly-report
     """
     with open_app() as schedule_app:
         schedule = schedule_app.enable_schedule(name)
@@ -143,6 +153,10 @@ def disable(name: NameArgument, as_json: JsonOption = False) -> None:
     """Disable a schedule: it does not fire, nor catch up later, until enabled.
 
     With --json: the Schedule.
+
+    Examples:
+
+      pgqueue schedule disable nightly-report
     """
     with open_app() as schedule_app:
         schedule = schedule_app.disable_schedule(name)
@@ -154,6 +168,10 @@ def remove(name: NameArgument, as_json: JsonOption = False) -> None:
     """Delete a schedule (the jobs it enqueued stay).
 
     With --json: {"removed": NAME}.
+
+    Examples:
+
+      pgqueue schedule remove nightly-report
     """
     with open_app() as schedule_app:
         schedule_app.remove_schedule(name)
@@ -168,6 +186,10 @@ def run(name: NameArgument, as_json: JsonOption = False) -> None:
     """Enqueue one job of a schedule now (its fire times do not change).
 
     With --json: {"job_id", "created"}.
+
+    Examples:
+
+      pgqueue schedule run nightly-report
     """
     with open_app() as schedule_app:
         enqueued = schedule_app.run_schedule_now(name)

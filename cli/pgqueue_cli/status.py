@@ -15,6 +15,7 @@ from pgqueue.errors import InvalidDuration
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
 from pgqueue_cli.options import JsonOption
+from pgqueue_cli.queue import must_exist
 
 COLUMNS = (
     "queue",
@@ -35,7 +36,7 @@ def status(
         bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
     ] = False,
     interval: Annotated[
-        str, typer.Option(help="Time between refreshes with --watch, e.g. 2s.")
+        str, typer.Option(metavar="DURATION", help="Time between refreshes with --watch, e.g. 2s.")
     ] = "2s",
     count: Annotated[
         int | None,
@@ -48,7 +49,8 @@ def status(
     Columns: queued, scheduled, running, dead, succeeded in the last hour
     (done/1h), age of the oldest ready job, paused, limits.
 
-    With --json: a list of QueueMetrics objects, each with a "queue" field.
+    An unknown --queue is an error. With --json: a list of QueueMetrics
+    objects, each with a "queue" field.
     With --watch --json: one such list per line, per refresh.
 
     Examples:
@@ -63,6 +65,8 @@ def status(
     if watch and pause <= 0:
         raise InvalidDuration("--interval must be longer than zero")
     with open_app() as app:
+        if queue is not None:
+            must_exist(app, queue, None)
         if not watch:
             show(app.metrics(queue), as_json)
             return

@@ -12,6 +12,7 @@ from pgqueue import validation
 from pgqueue.errors import InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.payloads import RESULT_NOT_STORED, UnstoredResult
 
 MAX_ERROR_MESSAGE = 4000
 MAX_TRACEBACK = 32000
@@ -127,9 +128,18 @@ def ack_ids(
     """:func:`ack_many` on parallel lists, as the worker's completer keeps them."""
     if not job_ids:
         return
+    # A result that could not be stored succeeds without one, with the reason
+    # in last_error (result() then raises ResultNotStored).
+    unstored = [RESULT_NOT_STORED + r if isinstance(r, UnstoredResult) else None for r in results]
     rows = yield Execute(
         "job_ack_many",
-        {"job_ids": job_ids, "attempt_ids": attempt_ids, "results": results, "now": ctx.clock()},
+        {
+            "job_ids": job_ids,
+            "attempt_ids": attempt_ids,
+            "results": [None if isinstance(r, UnstoredResult) else r for r in results],
+            "result_errors": unstored,
+            "now": ctx.clock(),
+        },
     )
     if lost := _lost(job_ids, attempt_ids, {(r[0], r[1]) for r in rows}):
         raise LeaseLost(lost)

@@ -10,6 +10,7 @@ from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
 from pgqueue.payloads import encode_batch
+from pgqueue.queries import QueryName
 
 
 def job_object(ctx: OpContext, spec: JobSpec) -> dict[str, Any]:
@@ -26,6 +27,7 @@ class _JobBuilder:
         self.ctx = ctx
         self.bases: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.dedup = False
+        self.windowed = False  # some job has dedup_window or debounce
 
     def build(self, spec: JobSpec) -> dict[str, Any]:
         key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
@@ -45,6 +47,9 @@ class _JobBuilder:
             self.dedup = True
         if spec.serial_key is not None:
             obj["serial_key"] = validation.key("serial_key", spec.serial_key)
+        if spec.dedup_window is not None or spec.debounce is not None:
+            obj.update(_over_time(spec))
+            self.windowed = True
         return obj
 
     def _base(self, spec: JobSpec) -> dict[str, Any]:
@@ -75,7 +80,32 @@ class _JobBuilder:
         """The ``enqueue_batch`` document for ``specs``, with the hints that
         spare the database a pass over the jobs."""
         jobs = [self.build(s) for s in specs]
+        if self.windowed:  # enqueue_windowed takes the plain array
+            return encode_batch(jobs, self.ctx.max_payload_bytes)
         return encode_batch(jobs, self.ctx.max_payload_bytes, self.dedup)
+
+    def query(self) -> QueryName:
+        """The statement for the batch built last."""
+        return "job_enqueue_windowed" if self.windowed else "job_enqueue_batch"
+
+
+def _over_time(spec: JobSpec) -> dict[str, float]:
+    """The ``dedup_window``/``debounce`` keys of a job object, refusing what
+    makes no sense (the SQL function checks the same)."""
+    if spec.dedup_key is None:
+        raise InvalidOption("dedup_window and debounce need a dedup_key")
+    if spec.dedup_window is not None and spec.debounce is not None:
+        raise InvalidOption(
+            "give dedup_window (one job per key per window) or debounce (postpone and "
+            "replace the queued job), not both"
+        )
+    if spec.dedup_window is not None:
+        return {
+            "dedup_window": validation.seconds("dedup_window", spec.dedup_window, allow_zero=False)
+        }
+    if spec.run_at is not None or spec.delay is not None:
+        raise InvalidOption("debounce sets run_at to now + debounce: give no run_at or delay")
+    return {"debounce": validation.seconds("debounce", spec.debounce)}
 
 
 def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]:
@@ -88,16 +118,18 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
             raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
     if not specs:
         return _nothing()
-    return _insert(_JobBuilder(ctx).batch(specs))
+    builder = _JobBuilder(ctx)
+    return _insert(builder.batch(specs), builder.query())
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job."""
-    return _first(_insert(_JobBuilder(ctx).batch([spec])))
+    builder = _JobBuilder(ctx)
+    return _first(_insert(builder.batch([spec]), builder.query()))
 
 
-def _insert(doc: str) -> Op[list[Enqueued]]:
-    rows = yield Execute("job_enqueue_batch", {"jobs": doc})
+def _insert(doc: str, query: QueryName = "job_enqueue_batch") -> Op[list[Enqueued]]:
+    rows = yield Execute(query, {"jobs": doc})
     return [Enqueued(job_id, created) for job_id, created in rows]
 
 

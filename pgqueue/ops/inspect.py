@@ -8,10 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 from pgqueue import validation
-from pgqueue.errors import InvalidOption, JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from pgqueue.errors import (
+    InvalidOption,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+    ResultNotStored,
+    ResultTimeout,
+)
 from pgqueue.explain import explain_job
 from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics
 from pgqueue.ops import Execute, Listen, Op, WaitNotify
+from pgqueue.payloads import RESULT_NOT_STORED
 
 _JOB_FIELDS = (
     "id",
@@ -195,6 +203,8 @@ def result(
 def _finished(job_id: int, row: Any) -> tuple[bool, Any]:
     status, value, last_error = row
     if status == "succeeded":
+        if value is None and (last_error or "").startswith(RESULT_NOT_STORED):
+            raise ResultNotStored(job_id, last_error[len(RESULT_NOT_STORED) :])
         return True, value
     if status == "dead":
         raise JobFailed(job_id, status, last_error)

@@ -180,8 +180,8 @@ def _add(
         return _schedule(row)
     if not replace:
         raise DuplicateSchedule(
-            f"a schedule named {spec.name!r} already exists: replace it "
-            "(replace=True, or --replace on the command line) or remove it first"
+            f"a schedule named {spec.name!r} already exists: pass replace=True to "
+            "overwrite it, or remove it first"
         )
     current = yield from _get(spec.name)  # nothing to change
     return _schedule(current)

@@ -51,6 +51,7 @@ class Completer:
         self.ack_attempts: list[int] = []
         self.ack_results: list[str | None] = []
         self.failures: list[Failure] = []
+        self.failed_jobs: dict[int, tuple[str, str, int]] = {}  # for the "job is dead" line
         self.nacks: list[RunningJob] = []
         self._flushing = False
         self._scheduled = False
@@ -67,6 +68,7 @@ class Completer:
 
     def fail(self, rj: RunningJob, failure: Failure) -> None:
         self.failures.append(failure)
+        self.failed_jobs[failure.job_id] = (rj.job.task, rj.job.queue, rj.job.attempt)
         self._kick()
 
     def nack(self, rjs: list[RunningJob]) -> None:
@@ -117,22 +119,35 @@ class Completer:
 
     async def _write_failures(self, failures: list[Failure]) -> None:
         ctx = self.ctx
-        await self._write(
+        statuses = await self._write(
             lambda: consume.fail_many(ctx, failures), [f.job_id for f in failures], "fail"
         )
+        for f in failures:
+            task, queue, attempt = self.failed_jobs.pop(f.job_id, ("", "", 0))
+            if (statuses or {}).get(f.job_id) == "dead":
+                log.error(
+                    "job is dead: " + ("permanent failure" if f.permanent else "no attempts left"),
+                    job_id=f.job_id,
+                    task=task,
+                    queue=queue,
+                    attempt=attempt,
+                    error_code=f.error_code,
+                )
 
     async def _write_nacks(self, rjs: list[RunningJob]) -> None:
         jobs = [rj.job for rj in rjs]
         ctx = self.ctx
         await self._write(lambda: consume.nack_many(ctx, jobs), [j.job_id for j in jobs], "nack")
 
-    async def _write(self, make_op: Callable[[], Op[Any]], job_ids: list[int], what: str) -> None:
-        """Run a completion statement until it gets through; a LeaseLost names
-        the jobs it could not record (the rest were)."""
+    async def _write(self, make_op: Callable[[], Op[Any]], job_ids: list[int], what: str) -> Any:
+        """Run a completion statement until it gets through and return what it
+        returned (None after a LeaseLost, which names the jobs it could not
+        record; the rest were)."""
         lost: list[int] = []
+        result: Any = None
         while True:
             try:
-                await self.database.run_async(make_op())
+                result = await self.database.run_async(make_op())
             except LeaseLost as exc:
                 lost = exc.job_ids
             except Exception as exc:
@@ -149,6 +164,7 @@ class Completer:
             self.episodes.succeeded()
             break
         self._done(job_ids, lost, what)
+        return result
 
     def _done(self, job_ids: list[int], lost: list[int], what: str) -> None:
         if lost:

@@ -25,12 +25,13 @@ import structlog
 from pgqueue.context import JobContext
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
-from pgqueue.payloads import encode_result
+from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry
 
 if TYPE_CHECKING:
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.task_transaction import TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -90,6 +91,7 @@ class Executor:
         concurrency: int,
         completer: Completer,
         max_result_bytes: int,
+        transactions: TaskTransactionSource | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
@@ -105,6 +107,7 @@ class Executor:
         self.threads_busy = 0  # sync tasks whose function has not returned yet
         self.loop = asyncio.get_running_loop()
         self.max_result_bytes = max_result_bytes
+        self.transactions = transactions  # for context.transaction(); None: unavailable
         self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
@@ -159,6 +162,11 @@ class Executor:
                 job.queue,
                 job.task,
                 _extend=partial(self._request_extend, rj),
+                _transactions=None
+                if self.transactions is None
+                else self.transactions.for_job(
+                    job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
+                ),
             )
             kwargs = {**kwargs, "context": rj.context}
         if task.is_async:
@@ -207,7 +215,7 @@ class Executor:
 
     def _on_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
-        if rj.handle is None or rj.handle.done():
+        if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
         rj.timed_out = True
         if rj.task is not None and rj.task.is_async:
@@ -235,6 +243,20 @@ class Executor:
             rj.timer = None
         self._release_slot()
         job = rj.job
+        if _completed_in_transaction(rj):
+            self.running.pop(job.job_id, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded in its transaction",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                    error=None if exc is None else repr(exc),
+                )
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -246,7 +268,17 @@ class Executor:
             )
             return
         if exc is None:
-            self.completer.ack(rj, encode_result(value, self.max_result_bytes))
+            encoded = encode_result(value, self.max_result_bytes)
+            if isinstance(encoded, UnstoredResult):
+                self.jlog.warning(
+                    "job succeeded but its result was not stored",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    reason=str(encoded),
+                )
+            self.completer.ack(rj, encoded)
             if self.log_successes:
                 self.jlog.info(
                     "job succeeded",
@@ -360,9 +392,10 @@ class Executor:
 
     def lose(self, job_id: int) -> None:
         """The lease was refused (reaped): stop treating the job as ours."""
-        rj = self.running.pop(job_id, None)
-        if rj is None:
-            return
+        rj = self.running.get(job_id)
+        if rj is None or _completing_in_transaction(rj):
+            return  # the row changed because context.transaction() recorded the job
+        del self.running[job_id]
         rj.lost = True
         if rj.context is not None:
             rj.context.request_stop()
@@ -413,6 +446,16 @@ class Executor:
         (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         return self.threads_busy
+
+
+def _completed_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and tx.completed
+
+
+def _completing_in_transaction(rj: RunningJob) -> bool:
+    tx = rj.context._transactions if rj.context is not None else None
+    return tx is not None and (tx.committing or tx.completed)
 
 
 def _ms_since(started: float) -> float:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
@@ -29,6 +30,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
+from pgqueue.worker.task_transaction import TaskTransactionSource
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ class Worker:
         name = signal.Signals(signum).name
         if self.signals == 1:
             log.info(
-                "shutting down: finishing running jobs",
+                "shutting down: finishing running jobs (press Ctrl-C again to force)",
                 signal=name,
                 timeout_seconds=self.settings.shutdown_timeout,
             )
@@ -91,7 +93,10 @@ class Worker:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.op_context
         completer = Completer(database, ctx, self.fail)
-        executor = Executor(app.tasks, settings.concurrency, completer, app.max_result_bytes)
+        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
+        executor = Executor(
+            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
+        )
         completer.executor = executor
         producer = Producer(database, ctx, settings, executor, self.stopping)
         listener = Listener(database, self._dispatch_to(producer, executor), producer.wake.set)
@@ -130,6 +135,8 @@ class Worker:
         log.info(
             "worker started",
             worker_id=settings.worker_id,
+            database=describe_target(app.dsn),
+            schema=app.schema,
             queues=list(settings.queues) if settings.queues else "all",
             concurrency=settings.concurrency,
             batch_size=settings.batch_size,
@@ -154,6 +161,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
+            await transactions.close()
             self.threads_left = executor.close()
             log.info("worker stopped", worker_id=settings.worker_id)
         if self.fatal is not None:

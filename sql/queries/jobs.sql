@@ -7,6 +7,11 @@
 -- Enqueue a JSON array of job objects; one row (job_id, created) per input, in order.
 SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
 
+-- name: job_enqueue_windowed
+-- Enqueue a JSON array of job objects some of which carry dedup_window or
+-- debounce (seconds); one row (job_id, created) per input, in order.
+SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
+
 -- name: job_lease
 -- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds
@@ -16,15 +21,19 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- name: job_ack_many
 -- Finish leased jobs successfully (cancelled if a cancel was requested while
 -- they ran). Returns the (id, attempt_id) pairs that still held their lease.
+-- A result that could not be stored leaves result NULL and says why in last_error.
 WITH done AS (
-    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[])
-        AS d(job_id, attempt_id, result)
+    SELECT * FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(results)s::jsonb[],
+                         %(result_errors)s::text[])
+        AS d(job_id, attempt_id, result, result_error)
 ), finished AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::{schema}.job_status,
         finished_at = coalesce(%(now)s::timestamptz, now()),
         lease_expires_at = NULL,
-        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END
+        result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END,
+        last_error = CASE WHEN j.cancel_requested THEN j.last_error
+                          ELSE coalesce(d.result_error, j.last_error) END
     FROM done d
     WHERE j.id = ANY (%(job_ids)s::bigint[])  -- primary-key lookups, not a scan of running jobs
       AND j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'

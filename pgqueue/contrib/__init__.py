@@ -1,0 +1,1 @@
+"""Integrations with web frameworks; nothing here is imported by ``import pgqueue``."""

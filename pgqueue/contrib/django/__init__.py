@@ -1,0 +1,106 @@
+"""pgqueue in a Django project.
+
+Add ``"pgqueue.contrib.django"`` to ``INSTALLED_APPS``. Then:
+
+- ``manage.py pgqueue <command> ...`` runs any ``pgqueue`` command (``migrate``,
+  ``worker``, ``status``, ``jobs``, ``dashboard`` ...) against the database of
+  Django's ``DATABASES`` (the ``PGQUEUE_DATABASE`` alias, default ``"default"``);
+  ``worker`` serves the project's App unless ``--app`` is given.
+- Each installed app's ``tasks.py`` is imported at start-up, so tasks declared
+  there with ``@app.task`` are registered wherever Django runs.
+- ``pgqueue.contrib.django.app`` is the project's App: the one named by the
+  ``PGQUEUE_APP`` setting (``"pkg.module:app"``), else one built from
+  ``DATABASES`` and ``PGQUEUE_SCHEMA`` (default ``"pgqueue"``).
+
+Enqueue in the request's transaction with ``conn=django.db.connection``::
+
+    from django.db import connection, transaction
+    from pgqueue.contrib.django import app
+
+    with transaction.atomic():
+        order = Order.objects.create(...)
+        app.enqueue("ship_order", {"order_id": order.pk}, conn=connection)
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+    app: App  # resolved on first access by __getattr__ below
+
+__all__ = ["app", "app_path", "database_dsn", "get_app"]
+
+_lock = threading.Lock()
+_app: App | None = None
+
+#: The ``--app`` value of ``manage.py pgqueue worker`` without PGQUEUE_APP.
+DEFAULT_APP_PATH = "pgqueue.contrib.django:app"
+
+
+def database_dsn(alias: str | None = None) -> str:
+    """A libpq DSN for the Django database ``alias`` (default: the
+    ``PGQUEUE_DATABASE`` setting, else ``"default"``), with the same
+    connection parameters Django itself passes to psycopg."""
+    import psycopg
+    from django.conf import settings
+    from django.db import connections
+
+    from pgqueue.errors import InvalidOption
+
+    alias = alias or getattr(settings, "PGQUEUE_DATABASE", "default")
+    wrapper = connections[alias]
+    if wrapper.vendor != "postgresql":
+        raise InvalidOption(
+            f"DATABASES[{alias!r}] uses {wrapper.vendor!r}: pgqueue needs PostgreSQL"
+        )
+    keywords = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+    params = {
+        key: value
+        for key, value in wrapper.get_connection_params().items()
+        if key in keywords and isinstance(value, str | int) and value != ""
+    }
+    return psycopg.conninfo.make_conninfo("", **params)
+
+
+def app_path() -> str:
+    """What ``manage.py pgqueue worker`` serves: ``PGQUEUE_APP`` or the default App."""
+    from django.conf import settings
+
+    return str(getattr(settings, "PGQUEUE_APP", None) or DEFAULT_APP_PATH)
+
+
+def get_app() -> App:
+    """The project's App (see the module docstring); one per process."""
+    global _app
+    if _app is None:
+        with _lock:
+            if _app is None:
+                _app = _load()
+    return _app
+
+
+def _load() -> App:
+    from django.conf import settings
+
+    from pgqueue.app import App
+    from pgqueue.errors import InvalidOption
+
+    path = getattr(settings, "PGQUEUE_APP", None)
+    if not path:
+        return App(dsn=database_dsn(), schema=getattr(settings, "PGQUEUE_SCHEMA", "pgqueue"))
+    module_name, _, attribute = str(path).partition(":")
+    obj = getattr(importlib.import_module(module_name), attribute or "app", None)
+    if not isinstance(obj, App):
+        raise InvalidOption(f"PGQUEUE_APP {path!r} does not name a pgqueue.App")
+    return obj
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,18 @@
+"""The Django application config of ``pgqueue.contrib.django``."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class PgQueueConfig(AppConfig):
+    """Imports every installed app's ``tasks`` module once Django is ready."""
+
+    name = "pgqueue.contrib.django"
+    label = "pgqueue"
+    verbose_name = "pgqueue"
+    default = True
+
+    def ready(self) -> None:
+        autodiscover_modules("tasks")

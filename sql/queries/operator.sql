@@ -1,0 +1,87 @@
+-- Bulk operator statements: cancel by filter, delete a queue, drop the schema.
+
+-- name: job_cancel_batch
+-- Cancel up to %(limit)s live jobs chosen by ids and/or filters (each filter
+-- optional; %(statuses)s are visible statuses: queued, scheduled, running).
+-- Queued/scheduled ones end cancelled now; running ones are asked to stop.
+-- A running job already asked to stop is not picked again, so repeated
+-- batches end. Returns (id, status before, status after) per job.
+WITH target AS (
+    SELECT id, status FROM {schema}.jobs
+    WHERE status IN ('queued', 'scheduled', 'running') AND NOT cancel_requested
+      AND (%(job_ids)s::bigint[] IS NULL OR id = ANY (%(job_ids)s::bigint[]))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR task = %(task)s::text)
+      AND {schema}.visible_status(status, run_at) = ANY (%(statuses)s::text[])
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+        cancel_requested = true
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, j.status, j.notify_finish
+), notified AS (
+    SELECT count(pg_notify({channel},
+               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
+    FROM updated u WHERE u.status = 'running' OR u.notify_finish
+)
+SELECT u.id, t.status::text AS previous, u.status::text AS current
+FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified
+ORDER BY u.id;
+
+-- name: job_cancel_count
+-- How many live jobs a bulk cancel with these filters would pick now.
+SELECT count(*) FROM {schema}.jobs
+WHERE status IN ('queued', 'scheduled', 'running') AND NOT cancel_requested
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND {schema}.visible_status(status, run_at) = ANY (%(statuses)s::text[]);
+
+-- name: job_status_many
+-- The visible status of each of the given jobs found (hot table or archive).
+SELECT id, {schema}.visible_status(status, run_at) FROM {schema}.jobs
+WHERE id = ANY (%(job_ids)s::bigint[])
+UNION ALL
+SELECT a.id, a.status::text FROM {schema}.jobs_archive a
+WHERE a.id = ANY (%(job_ids)s::bigint[])
+  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = a.id);
+
+-- name: queue_list
+-- The names of the queues that exist (got a job or a setting), by name.
+SELECT name FROM {schema}.queues ORDER BY name;
+
+-- name: queue_delete
+-- Delete a queue's row and settings unless it still holds live or dead jobs
+-- (FOR UPDATE: an enqueue into it waits, then recreates the row). Returns
+-- whether it was deleted and, when not, how many such jobs block it.
+WITH q AS (
+    SELECT name FROM {schema}.queues WHERE name = %(queue)s FOR UPDATE
+), blocking AS (
+    SELECT count(*) AS n FROM {schema}.jobs j
+    WHERE j.queue = %(queue)s AND j.status IN ('queued', 'scheduled', 'running', 'dead')
+), gone AS (
+    DELETE FROM {schema}.queues d USING q, blocking b
+    WHERE d.name = q.name AND b.n = 0
+    RETURNING d.name
+), log_gone AS (
+    DELETE FROM {schema}.queue_lease_log l
+    WHERE l.queue = %(queue)s AND EXISTS (SELECT 1 FROM gone)
+)
+SELECT EXISTS (SELECT 1 FROM q) AS existed, EXISTS (SELECT 1 FROM gone) AS deleted,
+       (SELECT n FROM blocking) AS blocking;
+
+-- name: schema_summary
+-- What `uninstall` would drop: jobs (hot and archived) and live workers.
+SELECT (SELECT count(*) FROM {schema}.jobs) AS jobs,
+       (SELECT count(*) FROM {schema}.jobs WHERE status IN ('queued', 'scheduled', 'running'))
+           AS live_jobs,
+       (SELECT count(*) FROM {schema}.jobs_archive) AS archived_jobs,
+       (SELECT count(*) FROM {schema}.workers
+        WHERE last_heartbeat_at > now() - interval '1 minute') AS live_workers;
+
+-- name: schema_drop
+-- Drop the schema and everything in it (`pgqueue uninstall`).
+DROP SCHEMA {schema} CASCADE;
