@@ -27,6 +27,7 @@ from pgqueue.errors import (
     JobFailed,
     JobNotFound,
     LeaseLost,
+    ListenUnavailable,
     PayloadTooLarge,
     PermissionDenied,
     PgQueueError,
@@ -38,6 +39,7 @@ from pgqueue.errors import (
     ScheduleNotFound,
     SchemaNotMigrated,
 )
+from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
     Attempt,
@@ -80,12 +82,14 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobFailed",
     "JobNotFound",
     "JobSpec",
     "JobStatus",
     "LeaseLost",
     "LeasedJob",
+    "ListenUnavailable",
     "Page",
     "Replayed",
     "PayloadTooLarge",

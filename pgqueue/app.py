@@ -7,6 +7,7 @@ async twin on an ``AsyncConnectionPool``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -15,7 +16,7 @@ import psycopg
 
 from pgqueue import health, validation
 from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
-from pgqueue.config import resolve_dsn
+from pgqueue.config import resolve_dsn, resolve_listen_dsn, resolve_pooler
 from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
@@ -51,8 +52,7 @@ from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
-    import asyncio
-
+    from pgqueue.subscribe import AsyncEventStream, EventStream, Hub
     from pgqueue.worker.settings import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +70,13 @@ class App:
     ...) are kept. Pools open on first use; ``close()`` (or ``with App(...)``)
     releases them. Set ``listen=False`` behind a transaction-mode PgBouncer:
     workers and ``result()`` then poll instead of waiting on LISTEN.
+
+    ``pooler``: ``None`` (a direct connection), ``"session"`` or
+    ``"transaction"`` (PgBouncer's pool modes; default ``PGQUEUE_POOLER``).
+    Behind a transaction pooler LISTEN cannot work through ``dsn``: workers
+    and :meth:`subscribe` LISTEN on ``listen_dsn`` (default
+    ``PGQUEUE_LISTEN_DSN``; a direct connection to PostgreSQL) when given,
+    else workers poll and :meth:`subscribe` raises ListenUnavailable.
     """
 
     def __init__(
@@ -83,13 +90,20 @@ class App:
         pool_max_size: int = 10,
         pool_timeout: float = 10.0,
         listen: bool = True,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
         clock: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.schema = validation.schema_name(schema)
         self.dsn = resolve_dsn(dsn)
         self.max_payload_bytes = validation.positive_int("max_payload_bytes", max_payload_bytes)
         self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
-        self.listen = listen
+        self.pooler = resolve_pooler(pooler)
+        # LISTEN on pooled connections (result()) needs a session of its own.
+        self.listen = listen and self.pooler != "transaction"
+        explicit_listen_dsn = resolve_listen_dsn(listen_dsn)
+        #: Where dedicated LISTEN connections go (worker, subscribe()); None: nowhere.
+        self.listen_dsn: str | None = explicit_listen_dsn or (self.dsn if self.listen else None)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
@@ -102,6 +116,13 @@ class App:
             max_size=validation.positive_int("pool_max_size", pool_max_size),
             timeout=validation.seconds("pool_timeout", pool_timeout, allow_zero=False),
         )
+        #: Dedicated LISTEN connections (the worker's listener) open through this.
+        self.listen_database = (
+            self.database
+            if self.listen_dsn in (None, self.dsn)
+            else Database(self.listen_dsn or "", self.queries, min_size=0, max_size=1)
+        )
+        self._hub: Hub | None = None
         self.op_context = OpContext(
             schema=self.schema,
             queries=self.queries,
@@ -117,11 +138,16 @@ class App:
     # --- lifecycle -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pools (they reopen on next use)."""
+        """Close the connection pools (they reopen on next use) and end every
+        subscription."""
+        if self._hub is not None:
+            self._hub.close()
         self.database.close()
 
     async def close_async(self) -> None:
         """Async twin of :meth:`close`."""
+        if self._hub is not None:
+            await asyncio.to_thread(self._hub.close)
         await self.database.close_async()
 
     def __enter__(self) -> App:
@@ -832,6 +858,54 @@ class App:
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         return await health.run_async(self.database, health_ops.check(self.op_context, settings))
 
+    # --- event stream -------------------------------------------------------------
+
+    def subscribe(
+        self, queues: str | Sequence[str] | None = None, *, buffer: int = 1000
+    ) -> EventStream:
+        """Stream :class:`pgqueue.JobEvent` hints from LISTEN/NOTIFY::
+
+            with app.subscribe(queues=["mail"]) as events:
+                for ev in events:          # or events.get(timeout=5)
+                    ...                    # re-read the state ev points at
+
+        ``queues``: only events of these queues (None: all; ``resync`` always
+        comes). All subscriptions of an App share one LISTEN connection. A
+        consumer that falls ``buffer`` events behind gets one ``resync``
+        instead of the backlog. Raises ListenUnavailable behind a
+        transaction-mode pooler without ``listen_dsn``."""
+        from pgqueue.subscribe import EventStream, buffer_size, queue_filter
+
+        return EventStream(self._event_hub(), queue_filter(queues), buffer_size(buffer))
+
+    def subscribe_async(
+        self, queues: str | Sequence[str] | None = None, *, buffer: int = 1000
+    ) -> AsyncEventStream:
+        """Async twin of :meth:`subscribe`: ``async with app.subscribe_async() as
+        events: async for ev in events: ...`` (or ``await events.get(timeout=5)``)."""
+        from pgqueue.subscribe import AsyncEventStream, buffer_size, queue_filter
+
+        return AsyncEventStream(self._event_hub(), queue_filter(queues), buffer_size(buffer))
+
+    def _event_hub(self) -> Hub:
+        from pgqueue.subscribe import Hub
+
+        if self._hub is None:
+            self._hub = Hub(
+                self.listen_dsn,
+                self.queries,
+                self.listen_database.translate,
+                "cannot LISTEN: "
+                + (
+                    "a transaction-mode pooler (pooler='transaction') does not keep "
+                    "LISTEN; pass listen_dsn= (or set PGQUEUE_LISTEN_DSN) to a direct "
+                    "connection to PostgreSQL"
+                    if self.pooler == "transaction"
+                    else "this App was created with listen=False; pass listen_dsn= to stream events"
+                ),
+            )
+        return self._hub
+
     # --- worker -----------------------------------------------------------------
 
     def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
@@ -859,8 +933,9 @@ class App:
     ) -> WorkerSettings:
         from pgqueue.worker.settings import WorkerSettings
 
-        # An App created with listen=False (behind PgBouncer) never listens.
-        listen = self.listen and options.pop("listen", True)
+        # No LISTEN connection possible (listen=False, or a transaction pooler
+        # without listen_dsn): the worker polls.
+        listen = self.listen_dsn is not None and options.pop("listen", True)
         return WorkerSettings.build(queues=queues, listen=listen, **options)
 
 

@@ -343,13 +343,18 @@ def _listen_sql(schema: str) -> sql.Composed:
 _UNLISTEN = "UNLISTEN *"
 
 
+def _matches(note: psycopg.Notify, payload: str) -> bool:
+    # 'f:<id>' is followed by ':<status>:<queue>' (see pgqueue.events).
+    return note.payload == payload or note.payload.startswith(payload + ":")
+
+
 def _wait_for(conn: psycopg.Connection[Any], payload: str, timeout: float) -> bool:
-    return any(note.payload == payload for note in conn.notifies(timeout=timeout))
+    return any(_matches(note, payload) for note in conn.notifies(timeout=timeout))
 
 
 async def _wait_for_async(conn: psycopg.AsyncConnection[Any], payload: str, timeout: float) -> bool:
     async for note in conn.notifies(timeout=timeout):
-        if note.payload == payload:
+        if _matches(note, payload):
             return True
     return False
 

@@ -171,3 +171,8 @@ class PermissionDenied(DatabaseError):
 
 class PoolExhausted(ConnectionFailed):
     """Every connection of the pool stayed busy for the whole wait timeout."""
+
+
+class ListenUnavailable(PgQueueError):
+    """LISTEN is not possible with this App's settings (a transaction-mode
+    pooler without ``listen_dsn``): ``subscribe()`` cannot stream events."""

@@ -77,6 +77,7 @@ QueryName = Literal[
     "queue_delete",
     "schema_summary",
     "schema_drop",
+    "job_became_due",
     # sql/queries/dashboard.sql
     "dashboard_queues",
     "dashboard_status_sample",

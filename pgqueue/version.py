@@ -3,4 +3,4 @@
 __version__ = "0.1.0"
 
 #: The Alembic head revision this code expects (checked by tests against migrations/).
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0009"

@@ -168,7 +168,8 @@ def test_with_options_jobspec_and_async(app: pgqueue.App, db_dsn: str) -> None:
         ({"dedup_key": "k", "dedup_window": -1}, InvalidDuration, "dedup_window"),
         ({"dedup_key": "k", "debounce": -1}, InvalidDuration, "debounce must be >= 0"),
         ({"dedup_key": "k", "debounce": 1, "delay": 5}, InvalidOption, "no run_at or delay"),
-        ({"dedup_key": "k", "dedup_window": "1h"}, InvalidDuration, "number of seconds"),
+        ({"dedup_key": "k", "dedup_window": "soon"}, InvalidDuration, "not a duration"),
+        ({"dedup_key": "k", "dedup_window": [1]}, InvalidDuration, "number of seconds"),
     ],
 )
 def test_nonsense_is_refused_and_writes_nothing(

@@ -670,11 +670,14 @@ def test_unknown_role_and_database_through_the_console_script(pg_server_dsn: str
 
 # --- NOTIFY payloads ----------------------------------------------------------------------
 
-NOTIFY_FORMATS = {
-    "j": re.compile(r"j:[A-Za-z0-9_.:-]{1,128}"),
+NOTIFY_FORMATS = {  # see pgqueue/events.py
+    "j": re.compile(r"j:[A-Za-z0-9_.:-]{1,128}(#[0-9]+)?"),
+    "w": re.compile(r"w:[A-Za-z0-9_.:-]{1,128}"),
+    "p": re.compile(r"p:[A-Za-z0-9_.:-]{1,128}"),
+    "r": re.compile(r"r:[A-Za-z0-9_.:-]{1,128}"),
     "q": re.compile(r"q:[A-Za-z0-9_.:-]{1,128}"),
     "c": re.compile(r"c:[0-9]+"),
-    "f": re.compile(r"f:[0-9]+"),
+    "f": re.compile(r"f:[0-9]+:(succeeded|dead|cancelled):[A-Za-z0-9_.:-]{1,128}"),
     "s": re.compile(r"s:[^\x00-\x1f]{1,255}", re.DOTALL),
 }
 
@@ -684,8 +687,8 @@ def test_notify_payloads_stay_far_below_the_limit(app: pgqueue.App, listener: Li
     schedule = "\U0001f600" * 255  # the longest schedule name, in 4-byte characters
 
     app.enqueue("t", queue=queue)  # j:
-    app.pause_queue(queue)  # q:
-    app.resume_queue(queue)
+    app.pause_queue(queue)  # p:
+    app.resume_queue(queue)  # r:
     app.add_schedule(schedule, "* * * * *", "t")  # s:
     (leased,) = app.lease(None, "w1")  # a paused queue would not lease; resumed above
     app.cancel(leased.job_id)  # c: (running: its worker is told)
@@ -696,7 +699,7 @@ def test_notify_payloads_stay_far_below_the_limit(app: pgqueue.App, listener: Li
 
     payloads = listener.drain()
     kinds = {p.split(":", 1)[0] for p in payloads}
-    assert kinds >= {"j", "q", "c", "f", "s"}
+    assert kinds >= {"j", "p", "r", "c", "f", "s"}
     for payload in payloads:
         assert NOTIFY_FORMATS[payload[0]].fullmatch(payload), payload
         assert len(payload.encode("utf-8")) <= 2 + 255 * 4 < NOTIFY_LIMIT

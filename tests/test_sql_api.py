@@ -54,7 +54,7 @@ def test_sql_enqueue_inside_a_transaction(
         "queued",
     )
     assert (row["priority"], row["max_attempts"], row["attempts"]) == (0, 5, 0)
-    assert [p for p in listener.drain() if p.startswith("j:")] == ["j:mail"]
+    assert [p for p in listener.drain() if p.startswith("j:")] == [f"j:mail#{job_id}"]
     (leased,) = app.lease("mail", "w1")
     assert (leased.job_id, leased.task, leased.payload) == (job_id, "t", {"a": 1})
     app.ack(leased)

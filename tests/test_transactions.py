@@ -25,8 +25,9 @@ def job_count(job_factory: JobFactory) -> int:
 
 
 def wakeups(payloads: list[str]) -> list[str]:
-    """The enqueue notifications ("j:<queue>") among the payloads."""
-    return [p for p in payloads if p.startswith("j:")]
+    """The enqueue notifications ("j:<queue>", or "j:<queue>#<job id>" for
+    one job: shown without the id) among the payloads."""
+    return [p.partition("#")[0] for p in payloads if p.startswith("j:")]
 
 
 def test_enqueue_with_conn_commits_with_the_callers_transaction(

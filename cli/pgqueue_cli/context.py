@@ -15,6 +15,7 @@ class State:
 
     dsn: str | None = None
     schema: str = "pgqueue"
+    pooler: str | None = None
 
 
 state = State()
@@ -27,7 +28,13 @@ def open_app() -> Iterator[pgqueue.App]:
     A command runs a handful of statements one after another, so the pool
     holds at most two connections and opens none ahead of need.
     """
-    app = pgqueue.App(dsn=state.dsn, schema=state.schema, pool_min_size=0, pool_max_size=2)
+    app = pgqueue.App(
+        dsn=state.dsn,
+        schema=state.schema,
+        pool_min_size=0,
+        pool_max_size=2,
+        pooler=state.pooler,
+    )
     try:
         yield app
     finally:

@@ -34,6 +34,7 @@ from pgqueue_cli import (
     status,
     uninstall,
 )
+from pgqueue_cli import watch as watch_command
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import PgQueueGroup, one_line
 
@@ -71,6 +72,13 @@ def main(
     schema: Annotated[
         str, typer.Option(help="Schema holding pgqueue's tables.", envvar="PGQUEUE_SCHEMA")
     ] = "pgqueue",
+    pooler: Annotated[
+        str | None,
+        typer.Option(
+            help="session or transaction: the PgBouncer pool mode in front of PostgreSQL.",
+            envvar="PGQUEUE_POOLER",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -92,6 +100,7 @@ def main(
     """
     state.dsn = dsn
     state.schema = schema
+    state.pooler = pooler
 
 
 @app.command()
@@ -234,6 +243,7 @@ app.command()(grant.grant)
 app.command()(uninstall.uninstall)
 app.command()(dev.dev)
 app.command()(dashboard.dashboard)
+app.command()(watch_command.watch)
 
 
 def run() -> None:

@@ -22,6 +22,7 @@ import structlog
 
 from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
+from pgqueue.events import wake_queue
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.faults import Episodes
@@ -99,7 +100,9 @@ class Worker:
         )
         completer.executor = executor
         producer = Producer(database, ctx, settings, executor, self.stopping)
-        listener = Listener(database, self._dispatch_to(producer, executor), producer.wake.set)
+        listener = Listener(  # on listen_dsn when a transaction pooler is in the path
+            app.listen_database, self._dispatch_to(producer, executor), producer.wake.set
+        )
         heartbeat = Heartbeat(
             database,
             ctx,
@@ -144,6 +147,17 @@ class Worker:
             scheduler=settings.scheduler,
             tasks=sorted(app.tasks),
         )
+        if not settings.listen and app.listen_dsn is None:
+            log.warning(
+                "not listening for notifications: polling every poll_interval"
+                + (
+                    "; behind a transaction-mode pooler pass listen_dsn= (PGQUEUE_LISTEN_DSN)"
+                    " to wake at once"
+                    if app.pooler == "transaction"
+                    else ""
+                ),
+                poll_interval=settings.poll_interval,
+            )
         producing = self._supervise("producer", producer.run)
         relay = asyncio.create_task(self._relay(stop)) if stop is not None else None
         stopper = asyncio.ensure_future(self.stopping.wait())
@@ -218,10 +232,12 @@ class Worker:
 
     def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
+            queue = wake_queue(payload)  # see pgqueue.events for every payload
+            if queue is not None:
+                producer.notify(queue)
+                return
             kind, _, value = payload.partition(":")
-            if kind in ("j", "q"):
-                producer.notify(value)
-            elif kind == "s":
+            if kind == "s":
                 self.schedules_changed.set()
             elif kind == "c":
                 try:

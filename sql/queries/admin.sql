@@ -73,10 +73,10 @@ WITH target AS (
         finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
         cancel_requested = true
     FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish
+    RETURNING j.id, j.status, j.notify_finish, j.queue
 ), notified AS (
-    SELECT count(pg_notify({channel},
-               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
+    SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
+               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
     FROM updated u WHERE u.status = 'running' OR u.notify_finish
 )
 SELECT t.status::text AS previous, u.status::text AS current
@@ -200,13 +200,15 @@ LEFT JOIN {schema}.workers w ON w.id = j.worker_id
 WHERE j.id = %(job_id)s;
 
 -- name: queue_set_paused
--- Pause or resume a queue (creating its row if needed); workers are told.
+-- Pause or resume a queue (creating its row if needed); workers and
+-- subscribers are told ('p:<queue>' paused, 'r:<queue>' resumed).
 WITH upserted AS (
     INSERT INTO {schema}.queues AS q (name, paused) VALUES (%(queue)s, %(paused)s)
     ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
-    RETURNING q.name
+    RETURNING q.name, q.paused
 )
-SELECT u.name, pg_notify({channel}, 'q:' || u.name) IS NULL FROM upserted u;
+SELECT u.name, pg_notify({channel}, CASE WHEN u.paused THEN 'p:' ELSE 'r:' END || u.name) IS NULL
+FROM upserted u;
 
 -- name: queue_set_limits
 -- Set a queue's global concurrency and rate limits (NULL lifts a limit).

@@ -49,9 +49,10 @@ WITH done AS (
     -- Finished: tell result() waiters; a freed slot of a concurrency-limited
     -- queue: tell its workers (unlimited queues send nothing here).
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || f.id AS payload FROM finished f WHERE f.notify_finish
+    FROM (SELECT 'f:' || f.id || ':' || f.status || ':' || f.queue AS payload
+          FROM finished f WHERE f.notify_finish
           UNION
-          SELECT DISTINCT 'j:' || f.queue FROM finished f
+          SELECT DISTINCT 'w:' || f.queue FROM finished f
           WHERE f.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified;
@@ -104,13 +105,17 @@ WITH failed AS (
            d.error_code, d.error_message, d.traceback
     FROM decided d
 ), notified AS (
-    -- Finished: tell result() waiters. Retried: tell the queue's workers when to wake.
+    -- Finished: tell result() waiters. Retried now: new ready work; retried
+    -- later or a freed slot: the queue's workers recompute when to wake.
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || d.job_id AS payload FROM decided d
+    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+          FROM decided d JOIN updated u ON u.id = d.job_id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
-          SELECT DISTINCT 'j:' || u.queue FROM updated u
-          WHERE u.status IN ('queued', 'scheduled')
+          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'queued'
+          UNION
+          SELECT DISTINCT 'w:' || u.queue FROM updated u
+          WHERE u.status = 'scheduled'
              OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
 SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified;

@@ -44,10 +44,11 @@ WITH expired AS MATERIALIZED (
     FROM decided d
 ), notified AS (
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || d.id AS payload FROM decided d
+    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+          FROM decided d JOIN updated u ON u.id = d.id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
-          SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
+          SELECT DISTINCT 'w:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
 )
 SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
 
