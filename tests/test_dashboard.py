@@ -453,7 +453,7 @@ def test_live_updates_share_one_listener_and_coalesce(
             assert set(got) == {"refresh"}
             row = job_factory.conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND (query LIKE 'LISTEN%' OR query LIKE '%newest_id%')"
+                " AND application_name = 'pgqueue-events'"  # the App's one listener
                 " AND pid <> pg_backend_pid()"
             ).fetchone()
             listeners = row[0] if row else 0

@@ -1,7 +1,7 @@
 """Live updates: one database listener per dashboard process, fanned out.
 
-The hub holds ONE dedicated connection that LISTENs on the schema's channel
-(enqueues, retries, cancels notify there) and, every ``mark_interval``
+The hub reads the App's event stream (``app.subscribe_async()``: the
+process's one LISTEN connection; enqueues, finishes, pauses) and, every ``mark_interval``
 seconds, reads a cheap change mark (newest id, newest finish per outcome,
 queue and worker updates: a few index probes) to catch what does not notify
 (a plain ack). Whatever it sees is coalesced: browsers get at most one
@@ -18,10 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-
 from pgqueue.dashboard.data import change_mark_op
-from pgqueue.queries import channel_for
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -96,25 +93,25 @@ class LiveHub:
                 delay = min(delay * 2, 30.0)
 
     async def _listen(self) -> None:
-        conn = await self.app.database.connect_async()
-        self.connections_opened += 1
-        try:
-            channel = sql.Identifier(channel_for(self.app.schema))
-            await conn.execute(sql.SQL("LISTEN {}").format(channel))
+        # The App's event stream (app.subscribe_async) holds the process's one
+        # LISTEN connection; the change mark, read through the pool, catches
+        # what does not notify.
+        async with self.app.subscribe_async() as events:
+            self.connections_opened += 1
             loop = asyncio.get_running_loop()
-            mark: Any = await self.app.database.run_async(change_mark_op(), conn)
+            mark: Any = await self.app.database.run_async(change_mark_op())
             next_mark = loop.time() + self.mark_interval
             while self._clients:
                 changed = False
-                async for _ in conn.notifies(timeout=self.min_interval):
+                deadline = loop.time() + self.min_interval
+                while (left := deadline - loop.time()) > 0:
+                    if await events.get(timeout=left) is None:
+                        break
                     changed = True
                 if loop.time() >= next_mark:
-                    new_mark = await self.app.database.run_async(change_mark_op(), conn)
+                    new_mark = await self.app.database.run_async(change_mark_op())
                     changed = changed or new_mark != mark
                     mark, next_mark = new_mark, loop.time() + self.mark_interval
                 if changed:
                     self._broadcast()
                     await asyncio.sleep(self.min_interval)
-        finally:
-            with contextlib.suppress(Exception):
-                await conn.close()
