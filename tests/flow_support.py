@@ -27,7 +27,7 @@ FLOW_APP = "tests.apps.flow:app"
 
 #: Long enough that a worker which leases within a few seconds was woken by a
 #: notification, not by its poll (jittered by at most 10%).
-LONG_POLL = "60"
+LONG_POLL = "60s"
 
 #: Liveness bound for "promptly": far below LONG_POLL, far above any real wake-up.
 PROMPT = 15.0

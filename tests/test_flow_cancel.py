@@ -88,7 +88,7 @@ def test_cancel_running_async_and_sync_jobs_on_several_workers(
 def test_cancel_of_a_queued_job_is_immediate_and_a_running_one_ends_cancelled_when_it_ends(
     workers: Workers, flow_app: pgqueue.App, db_dsn: str, tmp_path: Path
 ) -> None:
-    spawn_flow_workers(workers, 2, "--poll-interval", "0.2")
+    spawn_flow_workers(workers, 2, "--poll-interval", "0.2s")
     flow_app.set_queue_limit(QUEUE, concurrency=1)
     release = gate(tmp_path, "release")
     running = flow_app.enqueue("flow_hold", release.payload, queue=QUEUE).job_id

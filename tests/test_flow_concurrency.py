@@ -55,7 +55,7 @@ def test_three_workers_never_run_more_than_the_limit_of_two(
     workers: Workers, flow_app: pgqueue.App, db_dsn: str
 ) -> None:
     # Short polls: the three workers try to lease often, racing for the slots.
-    spawn_flow_workers(workers, 3, "--concurrency", "5", "--poll-interval", "0.1")
+    spawn_flow_workers(workers, 3, "--concurrency", "5", "--poll-interval", "0.1s")
     flow_app.set_queue_limit(QUEUE, concurrency=2)
 
     with RunningSampler(db_dsn, QUEUE, interval=0.02) as sampler:
@@ -138,7 +138,7 @@ def test_lifting_the_limit_lets_more_run_and_explain_names_the_limit(
 @pytest.mark.parametrize(
     "poll",
     [
-        pytest.param("0.5", id="short-poll"),
+        pytest.param("0.5s", id="short-poll"),
         pytest.param(LONG_POLL, id="long-poll"),
     ],
 )
@@ -178,7 +178,7 @@ def test_a_slot_frees_when_the_lease_of_a_killed_worker_expires(
     workers: Workers, flow_app: pgqueue.App, db_dsn: str, tmp_path: Path
 ) -> None:
     # The reaper runs rarely here: the slot must free by lease expiry alone.
-    no_reaping = ("--no-scheduler", "--poll-interval", "0.2", "--reap-interval", "600")
+    no_reaping = ("--no-scheduler", "--poll-interval", "0.2s", "--reap-interval", "600s")
     doomed = workers.spawn(*no_reaping, app=FLOW_APP)
     doomed.wait_registered()
     flow_app.set_queue_limit(QUEUE, concurrency=1)

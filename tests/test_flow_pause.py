@@ -106,7 +106,7 @@ def test_pausing_a_busy_queue_stops_every_worker_within_a_poll_interval(
     workers: Workers, flow_app: pgqueue.App, db_dsn: str
 ) -> None:
     poll = 0.5
-    spawn_flow_workers(workers, 3, "--concurrency", "2", "--poll-interval", str(poll))
+    spawn_flow_workers(workers, 3, "--concurrency", "2", "--poll-interval", f"{poll}s")
     specs = [JobSpec("flow_nap", {"seconds": 0.05}, queue=QUEUE) for _ in range(600)]
     ids = [e.job_id for e in flow_app.enqueue_many(specs)]
 
@@ -153,7 +153,7 @@ def test_pause_and_resume_through_the_console_script(
 ) -> None:
     spawn_flow_workers(workers, 1, "--poll-interval", LONG_POLL)
     # A queue that has never had a job can be paused ahead of its first job.
-    paused = run_json(db_dsn, "queue", "pause", QUEUE)
+    paused = run_json(db_dsn, "queue", "pause", QUEUE, "--create")
     assert paused == {"queue": QUEUE, "paused": True, "concurrency_limit": None, "rate_limit": None}
     limited = run_json(db_dsn, "queue", "limit", QUEUE, "--concurrency", "3", "--rate", "10/s")
     assert (limited["paused"], limited["concurrency_limit"], limited["rate_limit"]) == (

@@ -44,7 +44,7 @@ def test_max_in_window_counts_half_open_windows() -> None:
 def test_at_most_10_leases_start_in_any_1_second_window_across_three_workers(
     workers: Workers, flow_app: pgqueue.App, db_dsn: str
 ) -> None:
-    spawn_flow_workers(workers, 3, "--concurrency", "5", "--poll-interval", "0.2")
+    spawn_flow_workers(workers, 3, "--concurrency", "5", "--poll-interval", "0.2s")
     flow_app.set_queue_limit(QUEUE, rate="10/1s")
     assert flow_app.metrics(QUEUE)[QUEUE].rate_limit == "10/1s"
 

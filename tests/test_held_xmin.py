@@ -147,7 +147,7 @@ def dead_tuples(conn: psycopg.Connection[Any]) -> int:
 def test_processing_goes_on_while_an_idle_transaction_holds_back_xmin(
     workers: Workers, db_dsn: str, monitor: psycopg.Connection[Any]
 ) -> None:
-    worker = workers.spawn("--concurrency", "8", "--poll-interval", "0.5")
+    worker = workers.spawn("--concurrency", "8", "--poll-interval", "0.5s")
     worker.wait_registered()
     holder = psycopg.connect(db_dsn, application_name="xmin-holder")
     try:

@@ -377,7 +377,7 @@ def test_worker_role_runs_a_worker(
             owner.enqueue("spawn", {"n": 7}, queue="lp").job_id,
         ]
     worker = workers.spawn(
-        "--concurrency", "4", "--reap-interval", "0.5",
+        "--concurrency", "4", "--reap-interval", "0.5s",
         app="tests.apps.least_privilege:app", dsn=worker_role.dsn,
     )  # fmt: skip
     worker.wait_registered()

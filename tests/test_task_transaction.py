@@ -214,7 +214,7 @@ def test_sigkilled_workers_leave_each_effect_exactly_once(
             for _ in range(JOBS // 2)
             for name in ("tx_insert", "tx_insert_async")
         ]
-        args = ("--concurrency", "4", "--reap-interval", "0.3")
+        args = ("--concurrency", "4", "--reap-interval", "0.3s")
         app_path = "tests.apps.in_transaction:app"
         kills = 0
         while kills < KILLS:

@@ -59,7 +59,7 @@ def wait_started(workers: Workers, key: str) -> None:
 def test_cancel_turns_should_stop_true_and_a_cooperative_sync_task_ends_cancelled(
     workers: Workers, tasks_app: pgqueue.App, listen: str
 ) -> None:
-    workers.spawn(listen, "--poll-interval", "0.5").wait_registered()
+    workers.spawn(listen, "--poll-interval", "0.5s").wait_registered()
     job_id = tasks_app.enqueue("until_stopped", {"key": "coop"}).job_id
     wait_started(workers, "coop")
 
@@ -80,7 +80,7 @@ def test_cancel_turns_should_stop_true_and_a_cooperative_sync_task_ends_cancelle
 def test_cancel_cancels_a_running_async_task_and_the_job_ends_cancelled(
     workers: Workers, tasks_app: pgqueue.App, listen: str
 ) -> None:
-    workers.spawn(listen, "--poll-interval", "0.5").wait_registered()
+    workers.spawn(listen, "--poll-interval", "0.5s").wait_registered()
     job_id = tasks_app.enqueue("async_until_cancelled", {"key": "acan"}).job_id
     wait_started(workers, "acan")
 
@@ -116,7 +116,7 @@ def test_a_cancelled_job_does_not_block_the_worker(
 def test_sigterm_turns_should_stop_true_for_running_tasks(
     workers: Workers, tasks_app: pgqueue.App
 ) -> None:
-    worker = workers.spawn("--shutdown-timeout", "30")
+    worker = workers.spawn("--shutdown-timeout", "30s")
     worker.wait_registered()
     job_id = tasks_app.enqueue("until_stopped", {"key": "term"}).job_id
     wait_started(workers, "term")

@@ -40,9 +40,9 @@ pytestmark = pytest.mark.slow
 FAULTS_APP = "tests.apps.faults:app"
 WORKER_ARGS = (
     "--concurrency", "6",
-    "--poll-interval", "0.5",
-    "--reap-interval", "0.5",
-    "--shutdown-timeout", "2",
+    "--poll-interval", "0.5s",
+    "--reap-interval", "0.5s",
+    "--shutdown-timeout", "2s",
 )  # fmt: skip
 EPISODE = "database error; retrying until it clears"
 DRAIN_TIMEOUT = 90.0

@@ -20,7 +20,7 @@ from tests.fixtures.workers import WorkerProcess, Workers, pgqueue_command, task
 
 # Far longer than any bound below: a job that runs within a bound was not
 # picked up by polling.
-LONG_POLL = "30"
+LONG_POLL = "30s"
 PROMPT = 2.0
 
 
@@ -64,7 +64,7 @@ def test_an_idle_worker_starts_a_new_job_promptly_on_notify(
 def test_without_listen_the_worker_still_runs_jobs_by_polling(
     workers: Workers, tasks_app: pgqueue.App
 ) -> None:
-    worker = workers.spawn("--no-listen", "--poll-interval", "0.5")
+    worker = workers.spawn("--no-listen", "--poll-interval", "0.5s")
     worker.wait_registered()
     job_ids = [tasks_app.enqueue("echo", {"value": i}).job_id for i in range(5)]
 
@@ -184,7 +184,7 @@ def test_the_worker_registers_heartbeats_and_deregisters_on_a_clean_exit(
 
 
 def test_a_worker_serves_only_its_queues(workers: Workers, tasks_app: pgqueue.App) -> None:
-    worker = workers.spawn("--queue", "ctx", "--poll-interval", "0.5")
+    worker = workers.spawn("--queue", "ctx", "--poll-interval", "0.5s")
     worker.wait_registered()
     other = tasks_app.enqueue("echo", {"value": 1}).job_id  # queue "default"
     mine = tasks_app.enqueue("context_probe").job_id  # queue "ctx"

@@ -44,7 +44,7 @@ def test_jobs_of_a_sigkilled_worker_are_finished_by_another_after_lease_expiry(
 
     victim.proc.send_signal(signal.SIGKILL)
     assert victim.wait_exit() == -signal.SIGKILL
-    rescuer = workers.spawn("--concurrency", "4", "--reap-interval", "0.5")
+    rescuer = workers.spawn("--concurrency", "4", "--reap-interval", "0.5s")
     rescuer_id = rescuer.wait_registered()["id"]
 
     jobs = workers.wait_finished(tasks_app, job_ids)
@@ -70,7 +70,7 @@ def test_a_job_longer_than_its_lease_survives_thanks_to_the_heartbeat(
 ) -> None:
     # Its own worker reaps every half second: without heartbeats the 2 s lease
     # would expire twice over during the 5 s run.
-    workers.spawn("--reap-interval", "0.5").wait_registered()
+    workers.spawn("--reap-interval", "0.5s").wait_registered()
     job_id = tasks_app.enqueue("short_lease_nap", {"key": "long", "seconds": 5}).job_id
 
     job = workers.wait_finished(tasks_app, [job_id])[job_id]
@@ -86,7 +86,7 @@ def test_a_worker_whose_lease_was_stolen_cannot_finish_the_job(
     workers: Workers, tasks_app: pgqueue.App
 ) -> None:
     # One slot: the worker cannot lease the job again while its first run goes on.
-    worker = workers.spawn("--concurrency", "1", "--reap-interval", "3600")
+    worker = workers.spawn("--concurrency", "1", "--reap-interval", "3600s")
     worker.wait_registered()
     job_id = tasks_app.enqueue("short_lease_nap", {"key": "stolen", "seconds": 4}).job_id
     wait_until(lambda: task_events(workers.dsn, "start", "stolen"), 30, "the start", [worker])
@@ -200,7 +200,7 @@ def test_the_worker_resumes_by_itself_after_its_connections_are_killed(
     # adds restarts and crashes.
     producer = build_app(make_conninfo(db_dsn, application_name="test-producer"))
     try:
-        worker = workers.spawn("--concurrency", "4", "--poll-interval", "0.5")
+        worker = workers.spawn("--concurrency", "4", "--poll-interval", "0.5s")
         worker.wait_registered()
         job_ids: list[int] = []
         for round_ in range(3):
@@ -220,7 +220,7 @@ def test_the_worker_resumes_by_itself_after_a_server_restart_and_killed_connecti
     producer = build_app(cluster_db + "?application_name=test-producer")
     try:
         worker: WorkerProcess = workers.spawn(
-            "--concurrency", "4", "--poll-interval", "0.5", "--reap-interval", "1", dsn=cluster_db
+            "--concurrency", "4", "--poll-interval", "0.5s", "--reap-interval", "1s", dsn=cluster_db
         )
         worker.wait_registered()
         job_ids = enqueue_batch(producer, 0, 24)

@@ -30,7 +30,7 @@ def wait_starts(workers: Workers, keys: list[str], worker: WorkerProcess) -> Non
 def test_sigterm_lets_running_jobs_finish_and_leases_no_more(
     workers: Workers, tasks_app: pgqueue.App
 ) -> None:
-    worker = workers.spawn("--concurrency", "3", "--shutdown-timeout", "20")
+    worker = workers.spawn("--concurrency", "3", "--shutdown-timeout", "20s")
     worker.wait_registered()
     keys = ["a", "b", "c"]
     running = [
@@ -66,7 +66,7 @@ def test_sigterm_lets_running_jobs_finish_and_leases_no_more(
 def test_sigterm_hands_back_jobs_that_outlast_the_shutdown_timeout(
     workers: Workers, tasks_app: pgqueue.App, task: str
 ) -> None:
-    worker = workers.spawn("--concurrency", "2", "--shutdown-timeout", "1")
+    worker = workers.spawn("--concurrency", "2", "--shutdown-timeout", "1s")
     worker.wait_registered()
     job_ids = [tasks_app.enqueue(task, {"key": key, "seconds": 120}).job_id for key in ("x", "y")]
     wait_starts(workers, ["x", "y"], worker)
@@ -90,7 +90,7 @@ def test_sigterm_hands_back_jobs_that_outlast_the_shutdown_timeout(
 def test_a_handed_back_job_runs_again_on_the_next_worker(
     workers: Workers, tasks_app: pgqueue.App
 ) -> None:
-    first = workers.spawn("--shutdown-timeout", "0.5")
+    first = workers.spawn("--shutdown-timeout", "0.5s")
     first.wait_registered()
     job_id = tasks_app.enqueue("async_nap", {"key": "again", "seconds": 3}).job_id
     wait_starts(workers, ["again"], first)
@@ -125,7 +125,7 @@ def test_sigint_stops_an_idle_worker_gracefully(workers: Workers, tasks_app: pgq
 def test_a_second_signal_exits_at_once_with_a_non_zero_code(
     workers: Workers, tasks_app: pgqueue.App, second: signal.Signals
 ) -> None:
-    worker = workers.spawn("--shutdown-timeout", "60")
+    worker = workers.spawn("--shutdown-timeout", "60s")
     worker.wait_registered()
     job_id = tasks_app.enqueue("nap", {"key": "long", "seconds": 120}).job_id
     wait_starts(workers, ["long"], worker)

@@ -73,9 +73,9 @@ WORKER_OPTIONS = "-c lock_timeout=300ms -c statement_timeout=5s -c deadlock_time
 WORKER_APP = "tests.apps.chaos:app"
 WORKER_ARGS = (
     "--concurrency", "12",
-    "--poll-interval", "0.5",
-    "--reap-interval", "0.5",
-    "--shutdown-timeout", "1",
+    "--poll-interval", "0.5s",
+    "--reap-interval", "0.5s",
+    "--shutdown-timeout", "1s",
     "--no-scheduler",
     "--log-level", "warning",
 )  # fmt: skip
