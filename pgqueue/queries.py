@@ -94,6 +94,24 @@ QueryName = Literal[
     "doctor_connections",
     "doctor_backend",
     "doctor_archive_backlog",
+    # sql/queries/dashboard.sql
+    "dashboard_queues",
+    "dashboard_status_sample",
+    "dashboard_estimate_scheduled",
+    "dashboard_estimate_dead",
+    "dashboard_estimate_cancelled",
+    "dashboard_estimate_succeeded",
+    "dashboard_throughput",
+    "dashboard_job_list",
+    "dashboard_job_search",
+    "dashboard_search_floor",
+    "dashboard_dead_groups",
+    "dashboard_dead_group_ids",
+    "dashboard_cancel_many",
+    "dashboard_task_stats",
+    "dashboard_change_mark",
+    "dashboard_queue_names",
+    "dashboard_job_list_finished",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

@@ -20,6 +20,7 @@ from pgqueue.logs import LEVELS
 from pgqueue_cli import (
     apps,
     check,
+    dashboard,
     dev,
     dlq,
     enqueue,
@@ -257,6 +258,7 @@ app.command()(uninstall.uninstall)
 app.command()(dev.dev)
 app.command()(telemetry_commands.metrics)
 app.command()(telemetry_commands.doctor)
+app.command()(dashboard.dashboard)
 app.command()(watch_command.watch)
 
 
