@@ -32,6 +32,12 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("held_ratio", "held/clean", True),
         ("after_ratio", "after/clean", True),
     ],
+    "dashboard": [
+        ("max_page_p95_ms", "slowest page p95 ms", False),
+        ("max_page_p95_ms_with_sse", "... with 100 SSE clients", False),
+        ("sse_refreshes_per_client_per_s", "refreshes/client/s", False),
+        ("dashboard_db_sessions", "dashboard DB sessions", False),
+    ],
     "soak": [
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),

@@ -12,6 +12,7 @@ import psycopg
 from benchmarks import cpu
 from benchmarks.adapters.base import System
 from benchmarks.common import percentile
+from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
 from benchmarks.workers import WorkerGroup
 
@@ -494,6 +495,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "backlog": w_backlog,
     "xmin": w_xmin,
     "soak": w_soak,
+    "dashboard": w_dashboard,
 }
 
 ALIASES: dict[str, list[str]] = {

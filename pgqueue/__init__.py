@@ -58,6 +58,8 @@ from pgqueue.models import (
 )
 from pgqueue.retry import Backoff, Permanent, Retry
 from pgqueue.task import Task
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import Finding
 from pgqueue.version import __version__
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "DuplicateJob",
     "DuplicateSchedule",
     "Enqueued",
+    "Finding",
     "HealthCheck",
     "HealthReport",
     "InvalidCron",
@@ -101,6 +104,7 @@ __all__ = [
     "PoolExhausted",
     "QueueMetrics",
     "QueryFailed",
+    "QueueView",
     "ResultNotStored",
     "ResultTimeout",
     "ScheduleConflict",

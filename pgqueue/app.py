@@ -52,6 +52,9 @@ from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
+from pgqueue.telemetry import database_view, doctor
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import DoctorSettings, Finding
 
 if TYPE_CHECKING:
     from pgqueue.subscribe import AsyncEventStream, EventStream, Hub
@@ -886,6 +889,50 @@ class App:
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         return await health.run_async(self.database, health_ops.check(self.op_context, settings))
 
+    # --- telemetry: database view, doctor -------------------------------------------
+
+    def queue_view(self, cap: int = 100_000) -> QueueView:
+        """Jobs per queue and status (exact up to ``cap``, estimated beyond),
+        oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
+        return self.database.run(database_view.collect(self.op_context, cap))
+
+    async def queue_view_async(self, cap: int = 100_000) -> QueueView:
+        """Async twin of :meth:`queue_view`."""
+        return await self.database.run_async(database_view.collect(self.op_context, cap))
+
+    def metrics_text(self, cap: int = 100_000) -> str:
+        """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
+        ``pgqueue_queue_oldest_ready_age_seconds{queue}``, ``pgqueue_queue_paused{queue}``,
+        ``pgqueue_workers_alive`` (serve it at ``/metrics``)."""
+        return self.queue_view(cap).prometheus_text()
+
+    async def metrics_text_async(self, cap: int = 100_000) -> str:
+        """Async twin of :meth:`metrics_text`."""
+        return (await self.queue_view_async(cap)).prometheus_text()
+
+    def doctor(self, **thresholds: Any) -> list[Finding]:
+        """Diagnose the database (see :mod:`pgqueue.telemetry.doctor`): one
+        :class:`Finding` per check with severity, evidence and fix. Thresholds
+        (durations like ``"5m"`` or seconds): ``max_transaction_age``,
+        ``error_transaction_age``, ``worker_timeout``, ``max_ready_age``,
+        ``max_clock_skew``, ``archive_after``; counts: ``dead_tuples_min``,
+        ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
+        what it finds (an unreachable database is an error finding)."""
+        return doctor.run(self.database, self.op_context, self._doctor_settings(thresholds))
+
+    async def doctor_async(self, **thresholds: Any) -> list[Finding]:
+        """Async twin of :meth:`doctor`."""
+        return await doctor.run_async(
+            self.database, self.op_context, self._doctor_settings(thresholds)
+        )
+
+    def _doctor_settings(self, thresholds: dict[str, Any]) -> DoctorSettings:
+        declared = not self.listen or getattr(self, "pooler", None) == "transaction"
+        known = set(DoctorSettings.__dataclass_fields__) - {"pooler_declared"}
+        if unknown := set(thresholds) - known:
+            raise InvalidOption(f"unknown doctor threshold(s): {', '.join(sorted(unknown))}")
+        return DoctorSettings.build(pooler_declared=declared, **thresholds)
+
     # --- event stream -------------------------------------------------------------
 
     def subscribe(
@@ -963,7 +1010,8 @@ class App:
 
         # No LISTEN connection possible (listen=False, or a transaction pooler
         # without listen_dsn): the worker polls.
-        listen = self.listen_dsn is not None and options.pop("listen", True)
+        requested = options.pop("listen", True)
+        listen = self.listen_dsn is not None and requested
         return WorkerSettings.build(queues=queues, listen=listen, **options)
 
 

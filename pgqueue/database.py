@@ -8,6 +8,7 @@ input errors raised by the SQL functions.
 from __future__ import annotations
 
 import asyncio
+import re
 import select
 import threading
 import time
@@ -56,13 +57,21 @@ def connection_params(dsn: str, application_name: str = "pgqueue") -> str:
     try:
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
-        raise ConnectionFailed(f"invalid DSN: {exc}") from None
+        raise ConnectionFailed(f"invalid DSN: {dsn_error(exc)}") from None
     extra: dict[str, Any] = {}
     if "application_name" not in given:
         extra["application_name"] = application_name
     if "connect_timeout" not in given:
         extra["connect_timeout"] = 10
     return make_conninfo(dsn, **extra)
+
+
+def dsn_error(exc: BaseException) -> str:
+    """Why a DSN did not parse, without the DSN's parts: the driver quotes the
+    offending token, which may be (part of) the password."""
+    reason = re.sub(r'"[^"]*"', "…", str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+    reason = reason.rstrip(": ") or "cannot be parsed"
+    return f"{reason} (the DSN is not shown: it may hold a password)"
 
 
 def describe_target(dsn: str) -> str:

@@ -5,14 +5,16 @@ Three kinds, each a superset of the one before:
 ``producer``
     Enqueue (the SQL functions ``enqueue`` and ``enqueue_batch``, which run as
     their owner since revision 0003) and read jobs: ``get_job``,
-    ``list_jobs``, ``result``. No INSERT, UPDATE or DELETE on any table, except
-    the one column ``result()`` sets to be told by NOTIFY when a job ends.
+    ``list_jobs``, ``result`` (``watch_job``), ``job_status``. No INSERT,
+    UPDATE or DELETE on any table: it can neither lock nor change a job row.
 ``worker``
-    What ``pgqueue worker`` (and the low-level consumer API) does: lease, ack,
-    fail, nack, extend, heartbeats, the reaper and the scheduler. It updates
-    only the job columns those write, so it cannot cancel a job (that sets
-    ``cancel_requested``) or requeue a dead one (``max_attempts``), and it may
-    not delete anything but its own bookkeeping: archive and prune are refused.
+    What ``pgqueue worker``, the low-level consumer API and the SQL worker
+    API (``lease``, ``ack``, ``ack_many``, ``fail``, ``nack``, ``extend``) do,
+    all through SECURITY DEFINER functions fenced by attempt id: it may only
+    lease, complete, fail, extend and release jobs it holds, reap expired
+    leases, register itself, fire due schedules and register ``@app.periodic``
+    ones (never rewrite an operator's schedule). No write privilege on any
+    job table: it cannot cancel, requeue, forge a result, archive or prune.
 ``admin``
     Every privilege on every object of the schema (cancel, requeue, archive,
     prune, pause, limits, schedules). ``migrate`` and ``maintenance`` (VACUUM)
@@ -21,8 +23,12 @@ Three kinds, each a superset of the one before:
     superuser (membership would hand out superuser; then those two commands
     stay with the owner).
 
-Privileges are granted on the objects that exist now: run ``pgqueue grant``
-again after a migration that adds tables. Every statement is composed with
+Privileges are granted on the objects that exist now, and the grant is
+recorded in the schema (table ``role_grants``): ``pgqueue migrate`` grants
+every recorded role its kind again after applying revisions, so objects of
+later revisions are covered (with ``migrate --sql``, run ``pgqueue grant``
+again yourself). Granting a role again first revokes what it held, so a
+role's rights are always exactly its kind's. Every statement is composed with
 :mod:`psycopg.sql` from a validated role name and schema name; the statements
 run in one transaction, as the connecting role (the schema's owner or a
 superuser), so a role gets all of its privileges or none.
@@ -43,7 +49,7 @@ from pgqueue.database import ErrorTranslator, connection_params, migrate_command
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
 from pgqueue.version import SCHEMA_REVISION
 
-__all__ = ["KINDS", "Kind", "grant", "grant_statements", "role_name"]
+__all__ = ["KINDS", "Kind", "grant", "grant_statements", "reapply", "role_name"]
 
 Kind = Literal["producer", "worker", "admin"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -57,35 +63,34 @@ _RESERVED = {"public", "none"}
 
 # (privileges, tables) granted per kind, on top of the previous kind's.
 # The privileges are constants of this module, composed as SQL; the tables are
-# identifiers.
+# identifiers. No role but the admin may write to the hot tables (jobs,
+# job_attempts, queues, queue_lease_log) or lock their rows: every change
+# goes through the SECURITY DEFINER functions below, which check what the
+# caller may do (revision 0005).
 _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The App reads the schema revision before its first statement.
     ("SELECT", ("alembic_version", "jobs", "jobs_archive", "job_attempts")),
-    # result() flags the job so that whoever finishes it sends NOTIFY 'f:<id>'.
-    ("UPDATE (notify_finish)", ("jobs",)),
 )
 _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # The columns lease, ack, fail, nack, extend and the reaper write; not
-    # cancel_requested (cancel), max_attempts (requeue), nor the job's definition.
-    (
-        "UPDATE (status, attempts, attempt_id, worker_id, attempt_started_at,"
-        " lease_expires_at, finished_at, run_at, last_error, result)",
-        ("jobs",),
-    ),
-    ("INSERT", ("job_attempts",)),
-    # Leasing locks a rate- or concurrency-limited queue's row (SELECT ... FOR
-    # UPDATE), which takes UPDATE on some column; updated_at is the harmless one.
-    ("SELECT, UPDATE (updated_at)", ("queues",)),
-    ("SELECT, INSERT, DELETE", ("queue_lease_log",)),
+    # The worker's "when is the next job due" and the scheduler's "what is due".
+    ("SELECT", ("queues", "queue_lease_log", "schedules", "limits")),
+    # Its own registration and heartbeats (bookkeeping, not a hot table).
     ("SELECT, INSERT, UPDATE, DELETE", ("workers",)),
-    # The scheduler fires schedules and registers @app.periodic ones (no DELETE).
-    ("SELECT, INSERT, UPDATE", ("schedules",)),
 )
-# Explicit EXECUTE, so that a database whose default privileges withhold
-# EXECUTE from PUBLIC works too. Names are unique in the schema: no signatures.
-_PRODUCER_FUNCTIONS = ("enqueue", "enqueue_batch", "enqueue_windowed", "visible_status")
-_WORKER_FUNCTIONS = ("lease_jobs", "retry_delay", "queue_oldest_ready")
-_WORKER_SEQUENCES = ("attempt_id_seq",)
+# Explicit EXECUTE (revision 0005 revokes it from PUBLIC). Names are unique
+# in the schema: no signatures.
+_PRODUCER_FUNCTIONS = (
+    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "visible_status",
+    "watch_job", "job_status",
+)  # fmt: skip
+_WORKER_FUNCTIONS = (
+    # The Python worker's batch statements.
+    "lease_jobs", "lease_jobs_observed", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs",
+    "reap_jobs",
+    "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
+    # The SQL worker API.
+    "lease", "ack", "ack_many", "fail", "nack", "extend",
+)  # fmt: skip
 
 
 def role_name(name: object) -> str:
@@ -145,7 +150,15 @@ def grant_statements(
             )
         if owner is not None and not owner.superuser and owner.name != role:
             statements.append(sql.SQL("GRANT {} TO {}").format(sql.Identifier(owner.name), grantee))
-        return statements
+        return [*statements, _record(schema, role, kind)]
+    # Start from nothing, so that granting again (or a narrower kind) also
+    # takes back what an earlier grant or revision gave.
+    for objects in ("TABLES", "SEQUENCES", "FUNCTIONS"):
+        statements.append(
+            sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
+                sql.SQL(objects), sql.Identifier(schema), grantee
+            )
+        )
     tables = _PRODUCER_TABLES + (_WORKER_TABLES if kind == "worker" else ())
     functions = _PRODUCER_FUNCTIONS + (_WORKER_FUNCTIONS if kind == "worker" else ())
     for privileges, names in tables:
@@ -154,16 +167,54 @@ def grant_statements(
                 sql.SQL(privileges), _qualified(schema, names), grantee
             )
         )
-    if kind == "worker":
-        statements.append(
-            sql.SQL("GRANT USAGE ON SEQUENCE {} TO {}").format(
-                _qualified(schema, _WORKER_SEQUENCES), grantee
-            )
-        )
     statements.append(
         sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(_qualified(schema, functions), grantee)
     )
-    return statements
+    return [*statements, _record(schema, role, kind)]
+
+
+def _record(schema: str, role: str, kind: Kind) -> sql.Composed:
+    """Remember the grant: ``pgqueue migrate`` re-applies it after a revision
+    that adds or replaces objects (see :func:`reapply`)."""
+    return sql.SQL(
+        "INSERT INTO {} (role, kind) VALUES ({}, {})"
+        " ON CONFLICT (role) DO UPDATE SET kind = EXCLUDED.kind, granted_at = now()"
+    ).format(sql.Identifier(schema, "role_grants"), sql.Literal(role), sql.Literal(kind))
+
+
+def reapply(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """Grant every recorded role its kind again on ``schema`` (after a
+    migration), as the connecting role (the one that migrated), in one
+    transaction. Roles dropped since are forgotten. Returns the roles."""
+    schema = validation.schema_name(schema)
+    found = conn.execute(
+        "SELECT to_regclass(format('%%I.role_grants', %s::text)) IS NOT NULL", (schema,)
+    ).fetchone()
+    if not found or not found[0]:
+        return []  # before revision 0005: nothing recorded
+    table = sql.Identifier(schema, "role_grants")
+    owner = conn.execute(
+        "SELECT r.rolname, r.rolsuper FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner"
+        " WHERE n.nspname = %s",
+        (schema,),
+    ).fetchone()
+    assert owner is not None
+    done: list[str] = []
+    with conn.transaction():
+        conn.execute(
+            sql.SQL("DELETE FROM {} g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r"
+                    " WHERE r.rolname = g.role)").format(table)
+        )  # fmt: skip
+        rows = conn.execute(sql.SQL("SELECT role, kind FROM {} ORDER BY role").format(table))
+        for role, kind in rows.fetchall():
+            try:
+                role_name(role)
+            except InvalidName:
+                continue  # not one pgqueue grant would have made
+            for statement in grant_statements(role, kind, schema, Owner(owner[0], owner[1])):
+                conn.execute(statement)
+            done.append(role)
+    return done
 
 
 def _qualified(schema: str, names: tuple[str, ...]) -> sql.Composed:

@@ -51,7 +51,19 @@ def upgrade(
         return text
     with _refusal_as_permission_denied(schema, dsn):
         command.upgrade(_config(dsn, schema, output), revision)
+        _reapply_grants(dsn, schema)
     return None
+
+
+def _reapply_grants(dsn: str | None, schema: str) -> None:
+    """Grant the roles recorded by ``pgqueue grant`` their kind again, so that
+    the objects of the revisions just applied are covered too."""
+    import psycopg
+
+    from pgqueue.grants import reapply
+
+    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
+        reapply(conn, validation.schema_name(schema))
 
 
 def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "base") -> None:
@@ -71,6 +83,9 @@ def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None
     hint = (
         "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
     )
+    from pgqueue.database import connection_params
+
+    connection_params(resolve_dsn(dsn))  # an unparsable DSN: one line, without its parts
     translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)
     try:
         with translated(translate):

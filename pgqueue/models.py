@@ -124,6 +124,11 @@ class LeasedJob:
     payload: dict[str, Any]
     lease_expires_at: datetime
     lease_seconds: int = 60
+    #: Set only when a worker's metrics or tracing ask for them: seconds the
+    #: job waited from its run_at to this lease (server clock), and the W3C
+    #: trace context stored with it.
+    wait_seconds: float | None = None
+    trace_context: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

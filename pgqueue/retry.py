@@ -9,6 +9,10 @@ from datetime import timedelta
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
 
+#: Bounds of a backoff, equal to the database's (sql/migrations/0005).
+MAX_BACKOFF_SECONDS = 31_536_000
+MAX_BACKOFF_FACTOR = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -25,10 +29,13 @@ class Backoff:
     jitter: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.max < 0:
-            raise InvalidOption("Backoff base and max must be >= 0 seconds")
-        if self.factor < 1:
-            raise InvalidOption("Backoff factor must be >= 1")
+        # The database refuses the same (check_job, migration 0005); NaN fails every test.
+        if not (0 <= self.base <= MAX_BACKOFF_SECONDS and 0 <= self.max <= MAX_BACKOFF_SECONDS):
+            raise InvalidOption(
+                f"Backoff base and max must be from 0 to {MAX_BACKOFF_SECONDS} seconds (one year)"
+            )
+        if not 1 <= self.factor <= MAX_BACKOFF_FACTOR:
+            raise InvalidOption(f"Backoff factor must be from 1 to {MAX_BACKOFF_FACTOR}")
         if not 0 <= self.jitter <= 1:
             raise InvalidOption("Backoff jitter must be between 0 and 1")
 

@@ -120,7 +120,10 @@ def scalar(dsn: str, query: str, params: Any = None) -> Any:
 def test_statements_quote_every_name() -> None:
     text = [s.as_string() for s in grant_statements('we"ird ro;le', "worker", "my_schema")]
     assert text[0] == 'GRANT USAGE ON SCHEMA "my_schema" TO "we""ird ro;le"'
-    assert all(t.endswith(' TO "we""ird ro;le"') for t in text)
+    assert all(t.endswith(' TO "we""ird ro;le"') for t in text if t.startswith("GRANT"))
+    assert all(t.endswith(' FROM "we""ird ro;le"') for t in text if t.startswith("REVOKE"))
+    assert text[-1].startswith('INSERT INTO "my_schema"."role_grants"')
+    assert "'we\"ird ro;le'" in text[-1]
     assert any('"my_schema"."jobs"' in t for t in text)
 
 
@@ -219,17 +222,20 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert functions["enqueue_windowed"] == (True, pinned, False)
     assert functions["dedup_claim"] == (False, None, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
-    # 0010: the partitioned archive's functions create and drop tables as the owner.
-    archive = {
-        "archive_partitions_ensure",
-        "archive_partitions_drop",
-        "archive_partition_prepare",
-        "archive_partition_switch",
-    }
-    assert definers == {"enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed"} | archive
-    for name in archive:
-        definer, config, public = functions[name]
-        assert (config[-1:], public) == (pinned, False), name
+    # 0005: every change a producer or worker makes goes through a definer function.
+    assert definers == {
+        "enqueue", "enqueue_batch", "enqueue_plain", "enqueue_windowed",
+        "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs", "reap_jobs",
+        "watch_job", "fire_schedules", "register_periodic",
+        "lease", "ack", "ack_many", "fail", "nack", "extend", "job_status",
+        # 0010: the partitioned archive's functions create and drop tables as the owner.
+        "archive_partitions_ensure", "archive_partitions_drop",
+        "archive_partition_prepare", "archive_partition_switch",
+    }  # fmt: skip
+    for name in definers:
+        assert functions[name][1][0] == pinned[0], name
+    # Nothing is executable by PUBLIC any more.
+    assert not any(public for _, _, public in functions.values())
 
 
 def test_a_producer_cannot_hijack_the_definer_functions(
@@ -356,12 +362,17 @@ def test_producer_is_refused_everything_else(app: pgqueue.App, db_dsn: str, role
             "UPDATE pgqueue.queues SET paused = true",
             "SELECT * FROM pgqueue.workers",
             "DELETE FROM pgqueue.alembic_version",
+            # 0005: not even notify_finish, nor a row lock that would stall leases.
+            f"UPDATE pgqueue.jobs SET notify_finish = true WHERE id = {job_id}",
+            "SELECT id FROM pgqueue.jobs FOR UPDATE",
+            "SELECT id FROM pgqueue.jobs FOR SHARE",
         ],
         db_dsn,
     )
-    # The one column a producer may write: asking to be told when a job ends.
+    # Asking to be told when a job ends goes through a function.
     with psycopg.connect(producer.dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgqueue.jobs SET notify_finish = true WHERE id = %s", (job_id,))
+        row = conn.execute("SELECT pgqueue.watch_job(%s)", (job_id,)).fetchone()
+        assert row == ("running",)
 
 
 def test_a_role_without_grants_is_told_what_to_run(db_dsn: str, roles: Roles) -> None:
@@ -455,7 +466,8 @@ def test_worker_role_uses_the_consumer_api_but_no_admin_operation(
             f"UPDATE pgqueue.jobs SET payload = '{{}}', task = 'other' WHERE id = {ids[1]}",
             "DELETE FROM pgqueue.jobs",
             "DELETE FROM pgqueue.job_attempts",
-            "INSERT INTO pgqueue.jobs_archive SELECT *, now() FROM pgqueue.jobs",
+            "INSERT INTO pgqueue.jobs_archive (id, status, run_at, queue, task, payload) "
+            "SELECT id, status, run_at, queue, task, payload FROM pgqueue.jobs",
             "UPDATE pgqueue.queues SET paused = true",
             "DELETE FROM pgqueue.schedules",
             "TRUNCATE pgqueue.workers",

@@ -142,7 +142,7 @@ def test_sql_enqueued_serial_key_is_honoured(app: pgqueue.App, job_factory: JobF
         ("pgqueue.enqueue('t', '[1, 2]')", "payload"),
         ("pgqueue.enqueue('t', '\"text\"')", "payload"),
         ("pgqueue.enqueue('t', 'null'::jsonb)", "payload"),
-        ("pgqueue.enqueue('t', max_attempts => 0)", "max_attempts"),
+        ("pgqueue.enqueue('t', max_attempts => -1)", "max_attempts"),
         ("pgqueue.enqueue('t', priority => 40000)", "priority"),
         pytest.param("pgqueue.enqueue('   ')", "task", id="blank-task"),
         pytest.param("pgqueue.enqueue(repeat('x', 256))", "task", id="long-task"),

@@ -48,11 +48,13 @@ def grant(
     """Grant a role exactly what a producer, a worker or an admin needs.
 
     With --sql it only prints the SQL, without connecting (the role need not
-    exist yet). Run it as the owner of the schema (or a superuser) after `pgqueue
-    migrate`, and again after a migration that adds tables. A producer cannot
-    change jobs except by enqueuing; a worker cannot cancel, requeue, archive
-    or prune; only an admin can migrate (as a member of the schema's owner,
-    unless that owner is a superuser).
+    exist yet). Run it as the owner of the schema (or a superuser) after
+    `pgqueue migrate`; the grant is recorded and `pgqueue migrate` applies it
+    again after later revisions. A producer cannot change jobs except by
+    enqueuing; a worker only leases, completes, fails, extends and releases
+    the jobs it holds (never cancel, requeue, archive or prune); only an
+    admin can migrate (as a member of the schema's owner, unless that owner
+    is a superuser).
 
     Examples:
 

@@ -20,6 +20,7 @@ from pgqueue.logs import LEVELS
 from pgqueue_cli import (
     apps,
     check,
+    dashboard,
     dev,
     dlq,
     enqueue,
@@ -33,6 +34,7 @@ from pgqueue_cli import (
     status,
     uninstall,
 )
+from pgqueue_cli import telemetry as telemetry_commands
 from pgqueue_cli import watch as watch_command
 from pgqueue_cli.context import open_app, state
 from pgqueue_cli.errors import PgQueueGroup, fail, one_line
@@ -216,6 +218,17 @@ def worker(
     log_format: Annotated[
         str, typer.Option(help="auto (console on a TTY, else JSON), console or json.")
     ] = "auto",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics]).",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics server binds to.")
+    ] = "0.0.0.0",
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -252,6 +265,8 @@ def worker(
         reap_interval=reap.total_seconds(),
         log_level=log_level,
         log_format=log_format,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
 
 
@@ -270,6 +285,9 @@ app.add_typer(schedule.app)
 app.command()(grant.grant)
 app.command()(uninstall.uninstall)
 app.command()(dev.dev)
+app.command()(telemetry_commands.metrics)
+app.command()(telemetry_commands.doctor)
+app.command()(dashboard.dashboard)
 app.command()(watch_command.watch)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -86,7 +87,8 @@ def print_json(value: Any, *, compact: bool = False) -> None:
 
 def info(message: str) -> None:
     """A line for humans on stdout (totals, confirmations)."""
-    stdout().print(message, markup=False, highlight=False)
+    lines = (printable(line) for line in message.split("\n"))
+    stdout().print("\n".join(lines), markup=False, highlight=False)
 
 
 def hint(message: str) -> None:
@@ -127,8 +129,18 @@ NUMERIC_COLUMNS = frozenset(
 )
 
 
+# C0 and C1 control characters (escape sequences, line breaks, BEL): a stored
+# task name, queue name or error must never drive the operator's terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\x1b``)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def cell(value: Any) -> str:
-    """A table cell: times as UTC, None as a dash."""
+    """A table cell: times as UTC, None as a dash, control characters escaped."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
@@ -136,8 +148,8 @@ def cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value)
+        return printable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return printable(str(value))
 
 
 def fmt_time(value: datetime | None) -> str:
@@ -163,7 +175,7 @@ def shorten(text: str | None, width: int = 60) -> str | None:
     """One line of at most ``width`` characters."""
     if text is None:
         return None
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

@@ -2,13 +2,13 @@
 functions that create partitions ahead and drop whole partitions on prune.
 
 Revision ID: 0010
-Revises: 0009
+Revises: 0008
 """
 
 from pgqueue.migrate import run_migration_file
 
 revision = "0010"
-down_revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

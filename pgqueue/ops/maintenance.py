@@ -164,6 +164,9 @@ VACUUM_TABLES = (
     "queue_lease_log",
     "workers",
     "schedules",
+    "limits",
+    "role_grants",
+    "periodic_schedules",
     "archive_partitioning",
 )
 

@@ -175,7 +175,12 @@ def _add(
         "replace": replace,
         "keep_enabled": keep_enabled,
     }
-    row = yield Execute("schedule_upsert", params, fetch="one", rows="dict")
+    if keep_enabled:
+        # Through a function that never lets a worker rewrite an operator's schedule.
+        del params["replace"], params["keep_enabled"]
+        row = yield Execute("schedule_register_periodic", params, fetch="one", rows="dict")
+    else:
+        row = yield Execute("schedule_upsert", params, fetch="one", rows="dict")
     if row is not None:
         return _schedule(row)
     if not replace:

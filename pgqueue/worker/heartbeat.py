@@ -74,6 +74,14 @@ class Heartbeat:
         self.episodes = Episodes("heartbeat", first=0.05, cap=2.0)
         self.registry = Episodes("registry", first=0.5, cap=10.0)
         executor.heartbeat_wake = self.wake.set
+        self.cancel_hints: set[int] = set()
+
+    def confirm_cancel(self, job_id: int) -> None:
+        """A notification says ``job_id`` was asked to stop: check the
+        database on the next tick (now) before stopping anything."""
+        if job_id in self.executor.running:
+            self.cancel_hints.add(job_id)
+            self.wake.set()
 
     async def register(self) -> None:
         await self.database.run_async(_upsert_worker("worker_register", self.settings))
@@ -97,7 +105,8 @@ class Heartbeat:
             pause = 0.0
             try:
                 await self._extend_due()
-                if not self.listening():
+                if self.cancel_hints or not self.listening():
+                    self.cancel_hints.clear()
                     await self._poll_cancels()
             except Exception as exc:
                 # Never wait longer than a tick: leases must not run out meanwhile.

@@ -30,6 +30,9 @@ class WorkerSettings:
     - ``scheduler``: run the cron scheduler in this worker.
     - ``reap_interval``: seconds between reaper runs.
     - ``heartbeat_interval``: seconds between heartbeat ticks.
+    - ``metrics_port``: serve Prometheus metrics at ``/metrics`` on this port
+      (needs ``pgqueue[metrics]``; 0 picks a free port); None: no metrics.
+    - ``metrics_host``: the address the metrics server binds to.
     """
 
     queues: tuple[str, ...] | None = None
@@ -45,6 +48,8 @@ class WorkerSettings:
     install_signal_handlers: bool = True
     log_level: str | None = None
     log_format: str | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
 
     @classmethod
     def build(
@@ -63,6 +68,8 @@ class WorkerSettings:
         install_signal_handlers: bool = True,
         log_level: str | None = None,
         log_format: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> WorkerSettings:
         names = validation.queue_list(queues)
         concurrency = validation.positive_int("concurrency", concurrency, 100_000)
@@ -71,6 +78,14 @@ class WorkerSettings:
         batch_size = validation.positive_int("batch_size", batch_size, 100_000)
         if log_format not in (None, "auto", "console", "json"):
             raise InvalidOption(f"log_format must be auto, console or json, got {log_format!r}")
+        if metrics_port is not None and (
+            isinstance(metrics_port, bool)
+            or not isinstance(metrics_port, int)
+            or not 0 <= metrics_port <= 65535
+        ):
+            raise InvalidOption(f"metrics_port must be a TCP port (0-65535), got {metrics_port!r}")
+        if not isinstance(metrics_host, str) or not metrics_host:
+            raise InvalidOption(f"metrics_host must be an address, got {metrics_host!r}")
         return cls(
             queues=names,
             concurrency=concurrency,
@@ -87,4 +102,6 @@ class WorkerSettings:
             install_signal_handlers=bool(install_signal_handlers),
             log_level=log_level,
             log_format=log_format,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )

@@ -23,6 +23,8 @@ import structlog
 from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
+from pgqueue.telemetry.observer import build_observer
+from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.faults import Episodes
@@ -53,6 +55,7 @@ class Worker:
         self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
         self.threads_left = 0  # sync tasks still running when the worker stopped
+        self._confirm_cancel: Callable[[int], None] | None = None  # the heartbeat's, once running
         self.fatal: BaseException | None = None  # what stopped the worker, if not a request
 
     def request_stop(self) -> None:
@@ -93,13 +96,28 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.op_context
+        # Metrics and tracing hooks (the no-op observer when neither is on).
+        self.observer = observer = build_observer(settings, __version__)
         completer = Completer(database, ctx, self.fail)
         transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         executor = Executor(
-            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
+            app.tasks,
+            settings.concurrency,
+            completer,
+            app.max_result_bytes,
+            transactions,
+            observer,
         )
+        observer.watch(executor.running)
         completer.executor = executor
-        producer = Producer(database, ctx, settings, executor, self.stopping)
+        producer = Producer(
+            database,
+            ctx,
+            settings,
+            executor,
+            self.stopping,
+            lease_details=observer.wants_lease_details,
+        )
         listener = Listener(  # on listen_dsn when a transaction pooler is in the path
             app.listen_database, self._dispatch_to(producer, executor), producer.wake.set
         )
@@ -111,6 +129,7 @@ class Worker:
             self.stopped,
             lambda: settings.listen and listener.connected.is_set(),
         )
+        self._confirm_cancel = heartbeat.confirm_cancel
         await self._register(heartbeat)
         background = [
             self._supervise("heartbeat", heartbeat.run),
@@ -177,6 +196,7 @@ class Worker:
             await heartbeat.deregister()
             await transactions.close()
             self.threads_left = executor.close()
+            observer.close()
             log.info("worker stopped", worker_id=settings.worker_id)
         if self.fatal is not None:
             raise self.fatal
@@ -240,10 +260,15 @@ class Worker:
             if kind == "s":
                 self.schedules_changed.set()
             elif kind == "c":
+                # Anyone who may connect can NOTIFY: a cancel notice is only a
+                # hint to ask the database at once (the heartbeat confirms
+                # cancel_requested before stopping the task).
                 try:
-                    executor.cancel(int(value))
+                    job_id = int(value)
                 except ValueError:
-                    pass
+                    return
+                if self._confirm_cancel is not None:
+                    self._confirm_cancel(job_id)
 
         return dispatch
 

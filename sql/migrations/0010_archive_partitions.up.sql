@@ -26,7 +26,6 @@ CREATE TABLE {schema}.archive_partitioning (
 CREATE FUNCTION {schema}.archive_partitions_ensure(p_from timestamptz, p_to timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
-SET lock_timeout = '10s'
 AS $$
 DECLARE
     v_period  text;
@@ -75,7 +74,6 @@ $$;
 CREATE FUNCTION {schema}.archive_partitions_drop(p_cutoff timestamptz, p_max_rows bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
-SET lock_timeout = '10s'
 AS $$
 DECLARE
     v_part    record;
@@ -117,7 +115,6 @@ $$;
 CREATE FUNCTION {schema}.archive_partition_prepare(p_period text)
 RETURNS timestamptz
 LANGUAGE plpgsql
-SET lock_timeout = '10s'
 AS $$
 DECLARE
     v_bound timestamptz;
@@ -138,23 +135,28 @@ $$;
 
 -- Step 3: in one short transaction, the plain table becomes the first
 -- partition (everything before p_bound) of a new partitioned jobs_archive,
--- which takes over its name, indexes and privileges; partitions for the next
+-- which takes over its name, indexes (ATTACH adopts the old table's matching
+-- ones instead of building new) and privileges; partitions for the next
 -- periods are created. Readers wait for this transaction, never fail.
 CREATE FUNCTION {schema}.archive_partition_switch(p_period text, p_bound timestamptz)
 RETURNS void
 LANGUAGE plpgsql
-SET lock_timeout = '10s'
 AS $$
 DECLARE
     v_grant record;
 BEGIN
     ALTER TABLE {schema}.jobs_archive RENAME TO jobs_archive_legacy;
     ALTER INDEX {schema}.jobs_archive_finished_idx RENAME TO jobs_archive_legacy_finished_idx;
+    ALTER INDEX {schema}.jobs_archive_dedup_created_idx
+        RENAME TO jobs_archive_legacy_dedup_created_idx;
     CREATE TABLE {schema}.jobs_archive (
         LIKE {schema}.jobs_archive_legacy INCLUDING DEFAULTS INCLUDING STORAGE INCLUDING COMMENTS
     ) PARTITION BY RANGE (finished_at);
     CREATE INDEX jobs_archive_finished_idx ON {schema}.jobs_archive (finished_at);
     CREATE INDEX jobs_archive_id_idx ON {schema}.jobs_archive (id);
+    -- dedup windows (0007) look archived jobs up by key
+    CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive (queue, dedup_key, created_at)
+        WHERE dedup_key IS NOT NULL;
     EXECUTE format('ALTER TABLE {schema}.jobs_archive ATTACH PARTITION {schema}.jobs_archive_legacy'
                    ' FOR VALUES FROM (MINVALUE) TO (%L)', p_bound);
     -- The partition constraint now says the same.
@@ -175,17 +177,19 @@ BEGIN
 END
 $$;
 
--- These change the archive's layout: they run as the owner (partitions
+-- These change the archive's layout: they run as the owner (lock_timeout:
+-- waiting behind a long reader for the parent's lock would queue every
+-- reader behind them; fail instead and let the next run retry) (partitions
 -- belong to the owner whoever archives), with a pinned search_path, and only
 -- for roles given the right (`pgqueue grant --admin`).
 ALTER FUNCTION {schema}.archive_partitions_ensure(timestamptz, timestamptz)
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s';
 ALTER FUNCTION {schema}.archive_partitions_drop(timestamptz, bigint)
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s';
 ALTER FUNCTION {schema}.archive_partition_prepare(text)
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s';
 ALTER FUNCTION {schema}.archive_partition_switch(text, timestamptz)
-    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s';
 REVOKE EXECUTE ON FUNCTION
     {schema}.archive_partitions_ensure(timestamptz, timestamptz),
     {schema}.archive_partitions_drop(timestamptz, bigint),

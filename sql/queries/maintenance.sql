@@ -5,52 +5,7 @@
 -- Jobs whose lease expired: record a 'lease_expired' attempt, then back to the
 -- queue with backoff, dead when attempts are used up, cancelled when a cancel
 -- was requested. Returns (id, status) of each reaped job.
-WITH expired AS MATERIALIZED (
-    SELECT j.id FROM {schema}.jobs j
-    WHERE j.status = 'running' AND j.lease_expires_at < coalesce(%(now)s::timestamptz, now())
-    ORDER BY j.lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), decided AS (
-    SELECT j.id, j.attempt_id, j.attempts, j.worker_id, j.attempt_started_at, j.notify_finish,
-           CASE WHEN j.cancel_requested THEN 'cancelled'
-                WHEN j.attempts >= j.max_attempts THEN 'dead'
-                ELSE 'retry' END AS next,
-           coalesce(%(now)s::timestamptz, now())
-               + {schema}.retry_delay(j.attempts, j.backoff_base, j.backoff_factor,
-                                      j.backoff_max, j.backoff_jitter) AS next_run_at
-    FROM {schema}.jobs j
-    WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN d.next = 'retry' THEN 'scheduled' ELSE d.next END::{schema}.job_status,
-        run_at = CASE WHEN d.next = 'retry' THEN d.next_run_at ELSE j.run_at END,
-        finished_at = CASE WHEN d.next = 'retry' THEN NULL
-                           ELSE coalesce(%(now)s::timestamptz, now()) END,
-        lease_expires_at = NULL,
-        last_error = 'lease_expired: worker ' || coalesce(d.worker_id, '?')
-                     || ' did not finish or extend its lease'
-    FROM decided d
-    WHERE j.id = ANY (ARRAY(SELECT id FROM decided)) AND j.id = d.id
-    RETURNING j.id, j.status, j.queue
-), attempts AS (
-    INSERT INTO {schema}.job_attempts
-        (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
-    SELECT d.attempt_id, d.id, d.attempts,
-           CASE WHEN d.next = 'cancelled' THEN 'cancelled' ELSE 'lease_expired' END::{schema}.attempt_outcome,
-           d.attempt_started_at, coalesce(%(now)s::timestamptz, now()), d.worker_id,
-           'lease_expired', 'lease expired while the job was running on worker '
-                            || coalesce(d.worker_id, '?')
-    FROM decided d
-), notified AS (
-    SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
-          FROM decided d JOIN updated u ON u.id = d.id
-          WHERE d.notify_finish AND d.next <> 'retry'
-          UNION
-          SELECT DISTINCT 'w:' || u.queue FROM updated u WHERE u.status = 'scheduled') n
-)
-SELECT u.id, u.status::text FROM updated u CROSS JOIN notified;
+SELECT job_id, status FROM {schema}.reap_jobs(%(limit)s::integer, %(now)s::timestamptz);
 
 -- name: job_archive_batch
 -- Move up to %(limit)s jobs finished more than %(older_than)s ago (by the
@@ -126,4 +81,5 @@ ORDER BY s.relname;
 -- pgqueue/ops/maintenance.py lists the same; a test keeps them equal to the
 -- schema). VACUUM refuses a transaction block: autocommit connections only.
 VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
-    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.archive_partitioning;
+    {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
+    {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning;

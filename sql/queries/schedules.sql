@@ -130,31 +130,18 @@ LEFT JOIN LATERAL (
 -- row another scheduler is firing right now to that scheduler. Returns the
 -- schedules fired with their new job ids; the others were fired (or changed)
 -- by someone else and enqueued nothing here.
-WITH input AS (
-    SELECT * FROM unnest(%(names)s::text[], %(due_at)s::timestamptz[],
-                         %(revisions)s::bigint[], %(created_at)s::timestamptz[],
-                         %(next_fire_at)s::timestamptz[], %(last_fire_at)s::timestamptz[],
-                         %(jobs)s::jsonb[])
-        AS i(name, due_at, revision, created_at, next_fire_at, last_fire_at, jobs)
-), claimed AS MATERIALIZED (
-    SELECT s.name, i.next_fire_at, i.last_fire_at, i.jobs
-    FROM {schema}.schedules s
-    JOIN input i ON i.name = s.name
-    WHERE s.name = ANY (%(names)s::text[])
-      AND s.enabled AND s.next_fire_at = i.due_at
-      AND s.revision = i.revision AND s.created_at = i.created_at
-    ORDER BY s.name
-    FOR UPDATE OF s SKIP LOCKED
-), enqueued AS (
-    SELECT c.name, array_agg(e.job_id ORDER BY e.job_id) AS job_ids
-    FROM claimed c CROSS JOIN LATERAL {schema}.enqueue_batch(c.jobs) e
-    GROUP BY c.name
-)
-UPDATE {schema}.schedules s
-SET next_fire_at = c.next_fire_at,
-    last_fire_at = c.last_fire_at,
-    last_job_id = e.job_ids[array_upper(e.job_ids, 1)]
-FROM claimed c
-JOIN enqueued e ON e.name = c.name
-WHERE s.name = c.name
-RETURNING s.name, e.job_ids;
+SELECT name, job_ids
+FROM {schema}.fire_schedules(%(names)s::text[], %(due_at)s::timestamptz[],
+                             %(revisions)s::bigint[], %(created_at)s::timestamptz[],
+                             %(next_fire_at)s::timestamptz[], %(last_fire_at)s::timestamptz[],
+                             %(jobs)s::jsonb[]);
+
+-- name: schedule_register_periodic
+-- Create or update the schedule of an @app.periodic task (never one an
+-- operator added, unless the caller owns the schema). No row: nothing changed.
+SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, enabled,
+       next_fire_at, last_fire_at, last_job_id, revision, created_at, updated_at
+FROM {schema}.register_periodic(%(name)s, %(cron)s, %(timezone)s, %(task)s, %(queue)s,
+                                %(payload)s::jsonb, %(priority)s::smallint,
+                                %(max_attempts)s::integer, %(enabled)s::boolean,
+                                %(next_fire_at)s::timestamptz);
