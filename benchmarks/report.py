@@ -32,6 +32,12 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("held_ratio", "held/clean", True),
         ("after_ratio", "after/clean", True),
     ],
+    "dashboard": [
+        ("max_page_p95_ms", "slowest page p95 ms", False),
+        ("max_page_p95_ms_with_sse", "... with 100 SSE clients", False),
+        ("sse_refreshes_per_client_per_s", "refreshes/client/s", False),
+        ("dashboard_db_sessions", "dashboard DB sessions", False),
+    ],
     "soak": [
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),
@@ -39,7 +45,12 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("dead_tuples", "dead tuples", False),
     ],
 }
-DRAIN_HEADLINES: list[tuple[str, str, bool]] = [("rate", "jobs/s", True)]
+DRAIN_HEADLINES: list[tuple[str, str, bool]] = [
+    ("rate", "jobs/s", True),
+    ("server_cpu_us_per_job", "PG CPU us/job", False),
+    ("worker_cpu_us_per_job", "worker CPU us/job", False),
+    ("cost.hot_update_ratio", "HOT upd share", True),
+]
 COST_HEADLINES: list[tuple[str, str, bool]] = [
     ("cost.commits_per_job", "commits/job", False),
     ("cost.rows_inserted_per_job", "ins/job", False),
@@ -63,6 +74,8 @@ RATIO_METRICS = {
     "p99_ms",
     "cost.wal_bytes_per_job",
     "cost.commits_per_job",
+    "server_cpu_us_per_job",
+    "worker_cpu_us_per_job",
 }
 
 

@@ -109,6 +109,10 @@ class WorkerGroup:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def pids(self) -> list[int]:
+        """The worker processes' pids (for CPU accounting)."""
+        return [p.pid for p in self._procs if p.pid is not None]
+
     def go(self) -> float:
         t0 = time.perf_counter()
         self._go.set()

@@ -9,8 +9,10 @@ from typing import Any
 
 import psycopg
 
+from benchmarks import cpu
 from benchmarks.adapters.base import System
 from benchmarks.common import percentile
+from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
 from benchmarks.workers import WorkerGroup
 
@@ -103,6 +105,9 @@ def drain(
     elapsed = 0.0
     polls = 0
     t_first: float | None = None
+    postmaster = cpu.postmaster_pid(mon)
+    worker_pids = group.pids()
+    cpu0 = cpu1 = cpu.snapshot(postmaster, worker_pids)
     try:
         t0 = group.go()
         interval = 0.002
@@ -131,12 +136,21 @@ def drain(
                 interval = min(0.25, max(0.003, eta / 3))
             else:
                 interval = min(0.01, interval * 1.5)
+        # before the workers stop: their shutdown is not per-job work
+        cpu1 = (
+            cpu.server_seconds(postmaster) if postmaster else 0.0,
+            cpu.tree_seconds(worker_pids),
+        )
     finally:
         group.stop()
         notes.extend(group.notes)
         group.cleanup()
     rate = min(done, target) / elapsed if elapsed > 0 else 0.0
+    jobs = min(done, target)
+    # The monitor's own polls (a few per second) are in the server's figure.
+    cpu_us = cpu.per_job_us(cpu0, cpu1, jobs)
     return {
+        **cpu_us,
         "jobs": min(done, target),
         "seconds": elapsed,
         "rate": rate,
@@ -237,6 +251,9 @@ def make_drain(n_attr: str, procs: int) -> Callable[[Ctx], dict[str, Any]]:
                     "rows_inserted_per_job": d_tab["n_tup_ins"] / n,
                     "rows_updated_per_job": d_tab["n_tup_upd"] / n,
                     "rows_hot_updated_per_job": d_tab["n_tup_hot_upd"] / n,
+                    "hot_update_ratio": (
+                        d_tab["n_tup_hot_upd"] / d_tab["n_tup_upd"] if d_tab["n_tup_upd"] else None
+                    ),
                     "rows_deleted_per_job": d_tab["n_tup_del"] / n,
                     "db_tup_inserted_per_job": d_db["tup_inserted"] / n,
                     "db_tup_updated_per_job": d_db["tup_updated"] / n,
@@ -478,6 +495,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "backlog": w_backlog,
     "xmin": w_xmin,
     "soak": w_soak,
+    "dashboard": w_dashboard,
 }
 
 ALIASES: dict[str, list[str]] = {

@@ -45,6 +45,7 @@ from pgqueue.errors import (
 from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
 from pgqueue.models import (
+    ArchiveLayout,
     Attempt,
     AttemptOutcome,
     Enqueued,
@@ -66,10 +67,13 @@ from pgqueue.models import (
 from pgqueue.retry import Backoff, Permanent, Retry
 from pgqueue.router import RoutedTask, Router
 from pgqueue.task import Task
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import Finding
 from pgqueue.version import __version__
 
 __all__ = [
     "App",
+    "ArchiveLayout",
     "Attempt",
     "AttemptOutcome",
     "Backoff",
@@ -78,6 +82,7 @@ __all__ = [
     "DuplicateJob",
     "DuplicateSchedule",
     "Enqueued",
+    "Finding",
     "HealthCheck",
     "HealthReport",
     "InvalidCron",
@@ -108,6 +113,7 @@ __all__ = [
     "PoolExhausted",
     "QueueMetrics",
     "QueryFailed",
+    "QueueView",
     "ResultNotStored",
     "ResultTimeout",
     "ScheduleConflict",

@@ -21,6 +21,7 @@ from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
 from pgqueue.models import (
+    ArchiveLayout,
     Enqueued,
     Job,
     JobSpec,
@@ -48,6 +49,7 @@ from pgqueue.ops import (
     inspect,
     maintenance,
     operator,
+    partitions,
     schedules,
 )
 from pgqueue.ops import health as health_ops
@@ -56,6 +58,9 @@ from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.queries import queries_for
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 from pgqueue.task import Task
+from pgqueue.telemetry import database_view, doctor
+from pgqueue.telemetry.database_view import QueueView
+from pgqueue.telemetry.doctor import DoctorSettings, Finding
 
 if TYPE_CHECKING:
     from pgqueue.subscribe import AsyncEventStream, EventStream, Hub
@@ -123,6 +128,7 @@ class App:
             else 0,
             max_size=validation.positive_int("pool_max_size", pool_max_size),
             timeout=validation.seconds("pool_timeout", pool_timeout, allow_zero=False),
+            transaction_pooler=self.pooler == "transaction",
         )
         #: Dedicated LISTEN connections (the worker's listener) open through this.
         self.listen_database = (
@@ -848,6 +854,31 @@ class App:
         async with await self.database.connect_async() as conn:
             return await self.database.run_async(maintenance.vacuum(self.schema), conn)
 
+    def partition_archive(self, period: str = "day") -> ArchiveLayout:
+        """Range-partition the archive by finish time, one partition per
+        ``period`` (``"day"``, ``"week"`` or ``"month"``), online: reads and
+        archive runs go on. ``prune`` then drops whole partitions instead of
+        deleting rows. A no-op when already partitioned by that period. Runs
+        as the schema's owner (or ``pgqueue grant --admin``), on a dedicated
+        autocommit connection (one step builds an index CONCURRENTLY)."""
+        with self.database.connect() as conn:
+            layout, _ = self.database.run(partitions.partition_archive(period), conn)
+        return layout
+
+    async def partition_archive_async(self, period: str = "day") -> ArchiveLayout:
+        """Async twin of :meth:`partition_archive`."""
+        async with await self.database.connect_async() as conn:
+            layout, _ = await self.database.run_async(partitions.partition_archive(period), conn)
+        return layout
+
+    def archive_layout(self) -> ArchiveLayout:
+        """Whether the archive is partitioned, by which period, in how many partitions."""
+        return self.database.run(partitions.layout())
+
+    async def archive_layout_async(self) -> ArchiveLayout:
+        """Async twin of :meth:`archive_layout`."""
+        return await self.database.run_async(partitions.layout())
+
     def check(
         self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5
     ) -> HealthReport:
@@ -969,6 +1000,50 @@ class App:
         """Async twin of :meth:`forget_worker`."""
         return await self.database.run_async(task_ops.forget_worker(worker_id, force))
 
+    # --- telemetry: database view, doctor -------------------------------------------
+
+    def queue_view(self, cap: int = 100_000) -> QueueView:
+        """Jobs per queue and status (exact up to ``cap``, estimated beyond),
+        oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
+        return self.database.run(database_view.collect(self.op_context, cap))
+
+    async def queue_view_async(self, cap: int = 100_000) -> QueueView:
+        """Async twin of :meth:`queue_view`."""
+        return await self.database.run_async(database_view.collect(self.op_context, cap))
+
+    def metrics_text(self, cap: int = 100_000) -> str:
+        """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
+        ``pgqueue_queue_oldest_ready_age_seconds{queue}``, ``pgqueue_queue_paused{queue}``,
+        ``pgqueue_workers_alive`` (serve it at ``/metrics``)."""
+        return self.queue_view(cap).prometheus_text()
+
+    async def metrics_text_async(self, cap: int = 100_000) -> str:
+        """Async twin of :meth:`metrics_text`."""
+        return (await self.queue_view_async(cap)).prometheus_text()
+
+    def doctor(self, **thresholds: Any) -> list[Finding]:
+        """Diagnose the database (see :mod:`pgqueue.telemetry.doctor`): one
+        :class:`Finding` per check with severity, evidence and fix. Thresholds
+        (durations like ``"5m"`` or seconds): ``max_transaction_age``,
+        ``error_transaction_age``, ``worker_timeout``, ``max_ready_age``,
+        ``max_clock_skew``, ``archive_after``; counts: ``dead_tuples_min``,
+        ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
+        what it finds (an unreachable database is an error finding)."""
+        return doctor.run(self.database, self.op_context, self._doctor_settings(thresholds))
+
+    async def doctor_async(self, **thresholds: Any) -> list[Finding]:
+        """Async twin of :meth:`doctor`."""
+        return await doctor.run_async(
+            self.database, self.op_context, self._doctor_settings(thresholds)
+        )
+
+    def _doctor_settings(self, thresholds: dict[str, Any]) -> DoctorSettings:
+        declared = not self.listen or getattr(self, "pooler", None) == "transaction"
+        known = set(DoctorSettings.__dataclass_fields__) - {"pooler_declared"}
+        if unknown := set(thresholds) - known:
+            raise InvalidOption(f"unknown doctor threshold(s): {', '.join(sorted(unknown))}")
+        return DoctorSettings.build(pooler_declared=declared, **thresholds)
+
     # --- event stream -------------------------------------------------------------
 
     def subscribe(
@@ -1046,7 +1121,8 @@ class App:
 
         # No LISTEN connection possible (listen=False, or a transaction pooler
         # without listen_dsn): the worker polls.
-        listen = self.listen_dsn is not None and options.pop("listen", True)
+        requested = options.pop("listen", True)
+        listen = self.listen_dsn is not None and requested
         return WorkerSettings.build(queues=queues, listen=listen, **options)
 
 

@@ -308,6 +308,17 @@ async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(_SESSION_SETUP)
 
 
+# Behind a transaction pooler each transaction may run on another server
+# session: nothing may outlive it. No SET (and none needed: unprepared
+# statements get a custom plan every time anyway).
+def _configure_pooled_sync(conn: psycopg.Connection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+
+
+async def _configure_pooled_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(loads_stored, conn)
+
+
 # psycopg prepares a statement after a few executions; the server would then
 # reuse a generic plan made when the table had other statistics (empty, or
 # before autovacuum saw a sudden backlog) and scan the whole table. Custom
@@ -436,8 +447,16 @@ class Database:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        transaction_pooler: bool = False,
     ) -> None:
         self.dsn = connection_params(dsn)
+        # Behind a transaction pooler a prepared statement would live in one
+        # server session and be missing (or another one) in the next.
+        self.connect_kwargs: dict[str, Any] = {"autocommit": True}
+        if transaction_pooler:
+            self.connect_kwargs["prepare_threshold"] = None
+        self._configure_sync = _configure_pooled_sync if transaction_pooler else _configure_sync
+        self._configure_async = _configure_pooled_async if transaction_pooler else _configure_async
         self.queries = queries
         self.schema = queries.schema
         self.translate = ErrorTranslator(self.schema, dsn)
@@ -455,14 +474,16 @@ class Database:
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         """A new dedicated connection (not from the pool), autocommit."""
         try:
-            return psycopg.connect(self.dsn, autocommit=True, **kwargs)
+            return psycopg.connect(self.dsn, **{**self.connect_kwargs, **kwargs})
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
     async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
         """A new dedicated async connection (not from the pool), autocommit."""
         try:
-            return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, **kwargs)
+            return await psycopg.AsyncConnection.connect(
+                self.dsn, **{**self.connect_kwargs, **kwargs}
+            )
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
@@ -528,12 +549,12 @@ class Database:
                             raise problem
                     self._sync_pool = ConnectionPool(
                         self.dsn,
-                        kwargs={"autocommit": True},
+                        kwargs=self.connect_kwargs,
                         min_size=self.min_size,
                         max_size=self.max_size,
                         timeout=self.timeout,
                         check=_check_sync,
-                        configure=_configure_sync,
+                        configure=self._configure_sync,
                         name=f"pgqueue-{self.schema}",
                         open=True,
                     )
@@ -559,12 +580,12 @@ class Database:
                     await probe.close()
                 pool = AsyncConnectionPool(
                     self.dsn,
-                    kwargs={"autocommit": True},
+                    kwargs=self.connect_kwargs,
                     min_size=self.min_size,
                     max_size=self.max_size,
                     timeout=self.timeout,
                     check=_check_async,
-                    configure=_configure_async,
+                    configure=self._configure_async,
                     name=f"pgqueue-{self.schema}-async",
                     open=False,
                 )

@@ -86,11 +86,13 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Explicit EXECUTE (revision 0005 revokes it from PUBLIC). Names are unique
 # in the schema: no signatures.
 _PRODUCER_FUNCTIONS = (
-    "enqueue", "enqueue_batch", "enqueue_windowed", "visible_status", "watch_job", "job_status",
+    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "visible_status",
+    "watch_job", "job_status",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (
     # The Python worker's batch statements.
-    "lease_jobs", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs", "reap_jobs",
+    "lease_jobs", "lease_jobs_observed", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs",
+    "reap_jobs",
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
     # The SQL worker API.

@@ -9,6 +9,7 @@ from typing import TextIO
 import structlog
 
 from pgqueue.errors import InvalidOption
+from pgqueue.telemetry import tracing
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -36,6 +37,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *([tracing.add_trace_id] if tracing.installed() else []),
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),

@@ -124,6 +124,11 @@ class LeasedJob:
     payload: dict[str, Any]
     lease_expires_at: datetime
     lease_seconds: int = 60
+    #: Set only when a worker's metrics or tracing ask for them: seconds the
+    #: job waited from its run_at to this lease (server clock), and the W3C
+    #: trace context stored with it.
+    wait_seconds: float | None = None
+    trace_context: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,3 +305,16 @@ class Replayed(int):
 
     def __str__(self) -> str:
         return str(int(self))
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveLayout:
+    """How ``jobs_archive`` is laid out (:meth:`pgqueue.App.archive_layout`):
+    range-partitioned by finish time or a plain table, the period of a
+    partition, how many partitions, and the upper bound of the partition that
+    holds what was archived before the conversion (None once it was pruned)."""
+
+    partitioned: bool
+    period: str | None
+    partitions: int
+    legacy_upper: datetime | None

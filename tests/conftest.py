@@ -3,4 +3,5 @@ pytest_plugins = [
     "tests.fixtures.factory",
     "tests.fixtures.dbstate",
     "tests.fixtures.workers",
+    "tests.fixtures.pgbouncer",
 ]

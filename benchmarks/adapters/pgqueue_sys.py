@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any, ClassVar
 
 import psycopg
@@ -18,6 +19,8 @@ from benchmarks.common import WorkerControl
 SCHEMA = "pgqueue"
 CONCURRENCY = 500
 BATCH_SIZE = 500
+#: PGQB_PGQUEUE_METRICS=1 runs the workers with Prometheus metrics on (any free port).
+METRICS = os.environ.get("PGQB_PGQUEUE_METRICS") == "1"
 
 #: Optional cheap count of unfinished jobs with ``%(after)s < id <= %(upto)s`` against
 #: pgqueue's own tables. While None, :meth:`PgQueue.remaining` uses the public
@@ -142,7 +145,11 @@ class PgQueue(System):
         await asyncio.to_thread(ctl.wait_go)
         worker = asyncio.create_task(
             app.run_worker_async(
-                concurrency=CONCURRENCY, batch_size=BATCH_SIZE, stop=stop, log_level="warning"
+                concurrency=CONCURRENCY,
+                batch_size=BATCH_SIZE,
+                stop=stop,
+                log_level="warning",
+                **({"metrics_port": 0} if METRICS else {}),
             )
         )
         try:

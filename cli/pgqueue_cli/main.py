@@ -20,6 +20,7 @@ from pgqueue.logs import LEVELS
 from pgqueue_cli import (
     apps,
     check,
+    dashboard,
     dev,
     dlq,
     enqueue,
@@ -35,9 +36,10 @@ from pgqueue_cli import (
     uninstall,
     workers,  # workers list|forget (0006)
 )
+from pgqueue_cli import telemetry as telemetry_commands
 from pgqueue_cli import watch as watch_command
-from pgqueue_cli.context import state
-from pgqueue_cli.errors import PgQueueGroup, one_line
+from pgqueue_cli.context import open_app, state
+from pgqueue_cli.errors import PgQueueGroup, fail, one_line
 
 helptext.install()
 
@@ -109,6 +111,20 @@ def migrate(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the SQL for a DBA instead of running it.")
     ] = False,
+    partitioned_archive: Annotated[
+        bool,
+        typer.Option(
+            "--partitioned-archive",
+            help="Also range-partition the archive by finish time, online (prune then drops "
+            "whole partitions). Idempotent.",
+        ),
+    ] = False,
+    partition_period: Annotated[
+        str,
+        typer.Option(
+            "--partition-period", help="With --partitioned-archive: day, week or month."
+        ),
+    ] = "day",
 ) -> None:
     """Create or upgrade the pgqueue schema (idempotent); says what it applied.
 
@@ -117,9 +133,15 @@ def migrate(
       pgqueue --dsn postgresql://localhost/app migrate
 
       pgqueue --schema jobs migrate --sql > pgqueue.sql
+
+      pgqueue migrate --partitioned-archive --partition-period week
     """
     from pgqueue.migrate import current, upgrade
+    from pgqueue.ops.partitions import period_name
 
+    if partitioned_archive and sql:
+        fail("--partitioned-archive converts a live table in steps and has no --sql form")
+    period = period_name(partition_period)
     if sql:
         upgrade(state.dsn, state.schema, sql=True)
         return
@@ -127,6 +149,15 @@ def migrate(
     upgrade(state.dsn, state.schema)
     after = current(state.dsn, state.schema)
     typer.echo(migrated_message(state.schema, before, after))
+    if partitioned_archive:
+        with open_app() as queue_app:
+            layout_before = queue_app.archive_layout()
+            layout = queue_app.partition_archive(period)
+        done = "is" if layout_before.partitioned else "is now"
+        typer.echo(
+            f"the archive {done} partitioned by {layout.period} "
+            f"({layout.partitions} partition{'s' if layout.partitions != 1 else ''})"
+        )
 
 
 def migrated_message(schema: str, before: str | None, after: str | None) -> str:
@@ -196,6 +227,17 @@ def worker(
             "(for a worker that knows it) before they are dead-lettered, e.g. 10m."
         ),
     ] = "1h",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics]).",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics server binds to.")
+    ] = "0.0.0.0",
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -238,6 +280,8 @@ def worker(
         log_level=log_level,
         log_format=log_format,
         unknown_task_grace=grace.total_seconds(),
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
 
 
@@ -256,6 +300,9 @@ app.add_typer(schedule.app)
 app.command()(grant.grant)
 app.command()(uninstall.uninstall)
 app.command()(dev.dev)
+app.command()(telemetry_commands.metrics)
+app.command()(telemetry_commands.doctor)
+app.command()(dashboard.dashboard)
 app.command()(watch_command.watch)
 # Task registry, settings, limits and stats; workers (0006).
 app.add_typer(task.app)

@@ -2,13 +2,13 @@
 (max_attempts = 0) and lost workers.
 
 Revision ID: 0006
-Revises: 0005 (0007, 0009 and 0005 landed on main first; the chain stays linear)
+Revises: 0010 (0007, 0009, 0005, 0008 and 0010 landed on main first; the chain stays linear)
 """
 
 from pgqueue.migrate import run_migration_file
 
 revision = "0006"
-down_revision = "0005"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -13,6 +13,7 @@ from pgqueue.errors import InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
 from pgqueue.payloads import RESULT_NOT_STORED, UnstoredResult
+from pgqueue.queries import QueryName
 
 MAX_ERROR_MESSAGE = 4000
 MAX_TRACEBACK = 32000
@@ -74,8 +75,11 @@ def lease(
     worker_id: str,
     limit: int,
     lease_seconds: float | None = None,
+    *,
+    details: bool = False,
 ) -> Op[list[LeasedJob]]:
-    """Lease up to ``limit`` jobs from ``queues`` (None: every queue)."""
+    """Lease up to ``limit`` jobs from ``queues`` (None: every queue);
+    ``details``: also read each job's wait time and trace context."""
     valid = validation.queue_list(queues)
     names = list(valid) if valid is not None else None
     validation.positive_int("max", limit, 100_000)
@@ -94,14 +98,20 @@ def lease(
             "worker_id must be a non-empty string without NUL or lone surrogates, "
             f"got {worker_id!r}"
         )
-    return _lease(ctx, names, worker_id, limit, seconds)
+    query: QueryName = "job_lease_observed" if details else "job_lease"
+    return _lease(ctx, names, worker_id, limit, seconds, query)
 
 
 def _lease(
-    ctx: OpContext, queues: list[str] | None, worker_id: str, limit: int, seconds: int | None
+    ctx: OpContext,
+    queues: list[str] | None,
+    worker_id: str,
+    limit: int,
+    seconds: int | None,
+    query: QueryName,
 ) -> Op[list[LeasedJob]]:
     rows = yield Execute(
-        "job_lease",
+        query,
         {
             "queues": queues,
             "worker_id": worker_id,

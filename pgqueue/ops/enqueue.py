@@ -11,6 +11,7 @@ from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
 from pgqueue.payloads import encode_batch
 from pgqueue.queries import QueryName
+from pgqueue.telemetry import tracing
 
 
 def job_object(ctx: OpContext, spec: JobSpec) -> dict[str, Any]:
@@ -28,6 +29,7 @@ class _JobBuilder:
         self.bases: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.dedup = False
         self.windowed = False  # some job has dedup_window or debounce
+        self.queues: set[str] = set()  # for the trace span's name
 
     def build(self, spec: JobSpec) -> dict[str, Any]:
         key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
@@ -69,6 +71,7 @@ class _JobBuilder:
                 obj["max_attempts"] = validation.max_attempts(spec.max_attempts)
             return obj
         queue = validation.queue_name(spec.queue if spec.queue is not None else defaults.queue)
+        self.queues.add(queue)
         if queue != DEFAULT_TASK.queue:
             obj["queue"] = queue
         if spec.priority is not None:
@@ -130,18 +133,38 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
-    return _insert(builder.batch(specs), builder.query())
+    return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job."""
     builder = _JobBuilder(ctx)
-    return _first(_insert(builder.batch([spec]), builder.query()))
+    return _first(_insert(builder.batch([spec]), builder.queues, 1, builder.query()))
 
 
-def _insert(doc: str, query: QueryName = "job_enqueue_batch") -> Op[list[Enqueued]]:
-    rows = yield Execute(query, {"jobs": doc})
-    return [Enqueued(job_id, created) for job_id, created in rows]
+def _insert(
+    doc: str, queues: set[str], count: int, query: QueryName = "job_enqueue_batch"
+) -> Op[list[Enqueued]]:
+    # In a PRODUCER span whose trace context is stored with the jobs, when tracing is on.
+    span = tracing.send_span(sorted(queues), count)
+    if span is None:
+        rows = yield Execute(query, {"jobs": doc})
+        return [Enqueued(job_id, created) for job_id, created in rows]
+    try:
+        rows = yield Execute(
+            "job_enqueue_batch_traced",
+            {
+                "jobs": doc,
+                "trace_context": span.carrier,
+                "windowed": query == "job_enqueue_windowed",
+            },
+        )
+    except BaseException as exc:
+        span.failed(exc)
+        raise
+    results = [Enqueued(job_id, created) for job_id, created in rows]
+    span.sent([r.job_id for r in results])
+    return results
 
 
 def _first(op: Op[list[Enqueued]]) -> Op[Enqueued]:

@@ -15,7 +15,7 @@ from pgqueue import validation
 from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidOption
 from pgqueue.models import TableVacuum
-from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.ops import Execute, Op, OpContext, partitions
 
 Progress = Callable[[int], None]
 FINISHED = ("succeeded", "dead", "cancelled")
@@ -57,13 +57,19 @@ def archive(
     """Move finished jobs older than ``older_than`` to the archive table, in
     batches; returns how many moved."""
     params = {"statuses": archivable(statuses), **age(ctx, older_than)}
-    return _batches(
-        "job_archive_batch",
+    return _archive(
         params,
         _bounded(limit),
         validation.positive_int("batch_size", batch_size, 100_000),
         progress,
     )
+
+
+def _archive(
+    params: dict[str, Any], limit: int | None, size: int, progress: Progress | None
+) -> Op[int]:
+    yield from partitions.ensure_for_archive(params)
+    return (yield from _batches("job_archive_batch", params, limit, size, progress))
 
 
 def archive_count(
@@ -117,7 +123,14 @@ def _prune(
     left = None if limit is None else limit - attempts
     archived = 0
     if left is None or left > 0:
-        archived = yield from _batches("archive_prune_batch", params, left, size, progress)
+        # A partitioned archive drops whole partitions; the rows left over
+        # (those of the partition the cutoff falls in) go row by row.
+        archived = yield from partitions.drop_older(params, left)
+        if archived and progress is not None:
+            progress(archived)
+        left = None if left is None else left - archived
+    if left is None or left > 0:
+        archived += yield from _batches("archive_prune_batch", params, left, size, progress)
     return {"attempts": attempts, "archived_jobs": archived}
 
 
@@ -157,6 +170,7 @@ VACUUM_TABLES = (
     "tasks",
     "task_settings",
     "task_lease_log",
+    "archive_partitioning",
 )
 
 

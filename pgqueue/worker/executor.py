@@ -27,6 +27,7 @@ from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry
+from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
 
 if TYPE_CHECKING:
     from pgqueue.models import TaskSettings
@@ -61,6 +62,7 @@ class RunningJob:
         "job",
         "lease_deadline",
         "lost",
+        "observed",
         "started",
         "task",
         "timed_out",
@@ -81,6 +83,7 @@ class RunningJob:
         self.lost = False
         self.extend_to: float | None = None
         self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
+        self.observed: Any = None  # the observer's per-job state (a span)
 
 
 class Executor:
@@ -101,8 +104,10 @@ class Executor:
         completer: Completer,
         max_result_bytes: int,
         transactions: TaskTransactionSource | None = None,
+        observer: WorkerObserver = NULL_OBSERVER,
     ) -> None:
         self.tasks = tasks
+        self.observer = observer
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -134,6 +139,7 @@ class Executor:
         task = self.tasks.get(job.task)
         rj = RunningJob(job, task, leased_at)
         self.running[job.job_id] = rj
+        self.observer.started(rj)
         if task is None:
             # Handed back for a worker that knows the task (a rolling deploy);
             # dead-lettered only after the grace period (see fail_jobs, 0006).
@@ -181,17 +187,25 @@ class Executor:
                 ),
             )
             kwargs = {**kwargs, "context": rj.context}
+        run_context = self.observer.run_context(rj)  # e.g. the job's trace span
         if task.is_async:
             try:
                 coro = task.func(**kwargs)
             except BaseException as exc:
                 self._ended(rj, None, exc)
                 return
-            handle = _start_task(self.loop, coro)
+            handle = (
+                _start_task(self.loop, coro)
+                if run_context is None
+                else run_context.run(_start_task, self.loop, coro)
+            )
             rj.handle = handle
             handle.add_done_callback(partial(self._async_done, rj))
         else:
-            rj.handle = self.loop.run_in_executor(self.threads, partial(task.func, **kwargs))
+            call = partial(task.func, **kwargs)
+            if run_context is not None:
+                call = partial(run_context.run, call)
+            rj.handle = self.loop.run_in_executor(self.threads, call)
             rj.handle.add_done_callback(partial(self._sync_done, rj))
             self.threads_busy += 1
         live = self.live_settings.get(job.task)
@@ -289,6 +303,7 @@ class Executor:
                 queue=job.queue,
                 attempt=job.attempt,
             )
+            self.observer.finished(rj, "lease_lost", exc)
             return
         if exc is None:
             encoded = encode_result(value, self.max_result_bytes)
@@ -312,8 +327,9 @@ class Executor:
                     duration_ms=_ms_since(rj.started),
                     outcome="succeeded",
                 )
+            self.observer.finished(rj, "succeeded", None)
             return
-        self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started))
+        self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started), exc)
 
     def _classify(self, rj: RunningJob, exc: BaseException) -> Failure:
         job = rj.job
@@ -361,7 +377,11 @@ class Executor:
         return Failure(job.job_id, job.attempt_id, AttemptOutcome.FAILED, code, message, trace)
 
     def _record_failure(
-        self, rj: RunningJob, failure: Failure, duration_ms: float | None = None
+        self,
+        rj: RunningJob,
+        failure: Failure,
+        duration_ms: float | None = None,
+        error: BaseException | None = None,
     ) -> None:
         job = rj.job
         self.completer.fail(rj, failure)
@@ -377,6 +397,7 @@ class Executor:
             error=failure.error_message,
             permanent=failure.permanent,
         )
+        self.observer.finished(rj, failure.outcome.value, error)
 
     def _release_slot(self) -> None:
         self.busy -= 1
@@ -461,6 +482,7 @@ class Executor:
         for rj in rjs:
             rj.lost = True
             self.running.pop(rj.job.job_id, None)
+            self.observer.finished(rj, "released", None)
             if rj.task is not None and rj.task.is_async and rj.handle is not None:
                 rj.handle.cancel()
 

@@ -15,6 +15,7 @@ import time
 import structlog
 
 from pgqueue.errors import DatabaseError
+from pgqueue.telemetry.errors import count_database_error
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -52,6 +53,7 @@ class Episodes:
         Re-raises ``exc`` when it is not transient."""
         if not is_transient(exc):
             raise exc
+        count_database_error(exc)  # pgqueue_database_errors_total{kind}
         self.failures += 1
         state = getattr(exc, "sqlstate", None)
         if state:

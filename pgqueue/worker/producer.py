@@ -36,8 +36,10 @@ class Producer:
         settings: WorkerSettings,
         executor: Executor,
         stopping: asyncio.Event,
+        lease_details: bool = False,
     ) -> None:
         self.database = database
+        self.lease_details = lease_details  # wait time and trace context, for metrics/tracing
         self.ctx = ctx
         self.episodes = Episodes("producer", *ERROR_BACKOFF)
         self.settings = settings
@@ -70,7 +72,9 @@ class Producer:
             leased_at = time.monotonic()
             await registry.settled()  # live task settings changed just now: apply them
             try:
-                jobs = await db.run_async(consume.lease(ctx, self.queues, worker_id, want))
+                jobs = await db.run_async(
+                    consume.lease(ctx, self.queues, worker_id, want, details=self.lease_details)
+                )
             except Exception as exc:
                 await wait_any(self.stopping, timeout=episodes.failed(exc))
                 continue

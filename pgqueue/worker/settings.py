@@ -35,6 +35,9 @@ class WorkerSettings:
     - ``unknown_task_grace``: seconds after enqueue during which jobs of a
       task this worker does not know are handed back (for a worker that
       knows it) instead of dead-lettered as ``unknown_task`` (default 1 h).
+    - ``metrics_port``: serve Prometheus metrics at ``/metrics`` on this port
+      (needs ``pgqueue[metrics]``; 0 picks a free port); None: no metrics.
+    - ``metrics_host``: the address the metrics server binds to.
     """
 
     queues: tuple[str, ...] | None = None
@@ -51,6 +54,8 @@ class WorkerSettings:
     log_level: str | None = None
     log_format: str | None = None
     unknown_task_grace: float = 3600.0
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
 
     @classmethod
     def build(
@@ -70,6 +75,8 @@ class WorkerSettings:
         log_level: str | None = None,
         log_format: str | None = None,
         unknown_task_grace: float | timedelta | str = 3600.0,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
     ) -> WorkerSettings:
         names = validation.queue_list(queues)
         concurrency = validation.positive_int("concurrency", concurrency, 100_000)
@@ -78,6 +85,14 @@ class WorkerSettings:
         batch_size = validation.positive_int("batch_size", batch_size, 100_000)
         if log_format not in (None, "auto", "console", "json"):
             raise InvalidOption(f"log_format must be auto, console or json, got {log_format!r}")
+        if metrics_port is not None and (
+            isinstance(metrics_port, bool)
+            or not isinstance(metrics_port, int)
+            or not 0 <= metrics_port <= 65535
+        ):
+            raise InvalidOption(f"metrics_port must be a TCP port (0-65535), got {metrics_port!r}")
+        if not isinstance(metrics_host, str) or not metrics_host:
+            raise InvalidOption(f"metrics_host must be an address, got {metrics_host!r}")
         return cls(
             queues=names,
             concurrency=concurrency,
@@ -100,4 +115,6 @@ class WorkerSettings:
                 if isinstance(unknown_task_grace, str)
                 else unknown_task_grace,
             ),
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )

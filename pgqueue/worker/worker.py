@@ -24,6 +24,8 @@ import structlog
 from pgqueue.database import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
+from pgqueue.telemetry.observer import build_observer
+from pgqueue.version import __version__
 from pgqueue.worker import registry
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
@@ -96,16 +98,31 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.op_context
+        # Metrics and tracing hooks (the no-op observer when neither is on).
+        self.observer = observer = build_observer(settings, __version__)
         completer = Completer(database, ctx, self.fail)
         transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         executor = Executor(
-            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
+            app.tasks,
+            settings.concurrency,
+            completer,
+            app.max_result_bytes,
+            transactions,
+            observer,
         )
+        observer.watch(executor.running)
         completer.executor = executor
         executor.unknown_task_grace = settings.unknown_task_grace
         executor.worker_id = settings.worker_id
         executor.live_settings = app.live_task_settings
-        producer = Producer(database, ctx, settings, executor, self.stopping)
+        producer = Producer(
+            database,
+            ctx,
+            settings,
+            executor,
+            self.stopping,
+            lease_details=observer.wants_lease_details,
+        )
         listener = Listener(  # on listen_dsn when a transaction pooler is in the path
             app.listen_database,
             self._dispatch_to(producer, executor),
@@ -189,6 +206,7 @@ class Worker:
             await heartbeat.deregister()
             await transactions.close()
             self.threads_left = executor.close()
+            observer.close()
             log.info("worker stopped", worker_id=settings.worker_id)
         if self.fatal is not None:
             raise self.fatal

@@ -1,6 +1,6 @@
 -- Reverts 0006_task_registry: no registry, settings or per-task limits;
 -- enqueue_input, enqueue_plain, lease_jobs, fail_jobs and reap_jobs as of
--- 0005, enqueue as of 0007. (max_attempts 0, unlimited, is 0005's too.)
+-- 0005, enqueue as of 0008. (max_attempts 0, unlimited, is 0005's too.)
 DO $$
 DECLARE
     v_owner name := (SELECT r.rolname FROM pg_class c
@@ -403,27 +403,48 @@ CREATE OR REPLACE FUNCTION {schema}.enqueue(
     dedup_key    text DEFAULT NULL,
     serial_key   text DEFAULT NULL,
     dedup_window interval DEFAULT NULL,
-    debounce     interval DEFAULT NULL
+    debounce     interval DEFAULT NULL,
+    traceparent  text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id bigint;
+    v_id      bigint;
+    v_context text;
 BEGIN
+    IF traceparent IS NOT NULL THEN
+        IF traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+            RAISE EXCEPTION 'pgqueue: traceparent must be a W3C traceparent like 00-<32 hex>-<16 hex>-01, got %',
+                    quote_literal(left(traceparent, 80))
+                USING ERRCODE = '22023';
+        END IF;
+        -- Set for this call only: put back below (an error aborts the
+        -- transaction or savepoint, which puts it back too).
+        v_context := current_setting('pgqueue.trace_context', true);
+        PERFORM set_config('pgqueue.trace_context',
+                           jsonb_build_object('traceparent', traceparent)::text, true);
+    END IF;
     IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
         PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
         v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
         IF v_id IS NOT NULL THEN
+            IF traceparent IS NOT NULL THEN
+                PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+            END IF;
             RETURN v_id;
         END IF;
         IF debounce IS NOT NULL THEN
             run_at := now() + debounce;
         END IF;
     END IF;
-    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                  dedup_key, serial_key);
+    v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                   dedup_key, serial_key);
+    IF traceparent IS NOT NULL THEN
+        PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+    END IF;
+    RETURN v_id;
 END;
 $$;
 

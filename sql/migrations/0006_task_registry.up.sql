@@ -500,9 +500,10 @@ BEGIN
 END;
 $$;
 
--- The SQL API of 0007 (dedup_window, debounce), with queue and priority
--- defaulting to NULL as above. A windowed enqueue needs the queue before the
--- job exists (its key lock and lookup are per queue): the registry's.
+-- The SQL API as of 0008 (0007's dedup_window/debounce plus traceparent),
+-- with queue and priority defaulting to NULL as above. A windowed enqueue
+-- needs the queue before the job exists (its key lock and lookup are per
+-- queue): the registry's.
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
     task         text,
     payload      jsonb DEFAULT '{}',
@@ -513,29 +514,50 @@ CREATE OR REPLACE FUNCTION {schema}.enqueue(
     dedup_key    text DEFAULT NULL,
     serial_key   text DEFAULT NULL,
     dedup_window interval DEFAULT NULL,
-    debounce     interval DEFAULT NULL
+    debounce     interval DEFAULT NULL,
+    traceparent  text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id bigint;
+    v_id      bigint;
+    v_context text;
 BEGIN
+    IF traceparent IS NOT NULL THEN
+        IF traceparent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' THEN
+            RAISE EXCEPTION 'pgqueue: traceparent must be a W3C traceparent like 00-<32 hex>-<16 hex>-01, got %',
+                    quote_literal(left(traceparent, 80))
+                USING ERRCODE = '22023';
+        END IF;
+        -- Set for this call only: put back below (an error aborts the
+        -- transaction or savepoint, which puts it back too).
+        v_context := current_setting('pgqueue.trace_context', true);
+        PERFORM set_config('pgqueue.trace_context',
+                           jsonb_build_object('traceparent', traceparent)::text, true);
+    END IF;
     IF dedup_window IS NOT NULL OR debounce IS NOT NULL THEN
         queue := coalesce(queue, (SELECT g.queue FROM {schema}.tasks g WHERE g.name = task),
                           'default');
         PERFORM {schema}.dedup_lock(ARRAY[{schema}.dedup_lock_key(queue, dedup_key)]);
         v_id := {schema}.dedup_claim(queue, dedup_key, dedup_window, debounce, payload);
         IF v_id IS NOT NULL THEN
+            IF traceparent IS NOT NULL THEN
+                PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+            END IF;
             RETURN v_id;
         END IF;
         IF debounce IS NOT NULL THEN
             run_at := now() + debounce;
         END IF;
     END IF;
-    RETURN {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                  dedup_key, serial_key);
+    v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                   dedup_key, serial_key);
+    IF traceparent IS NOT NULL THEN
+        PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
+    END IF;
+    RETURN v_id;
 END;
 $$;
 

@@ -82,5 +82,5 @@ ORDER BY s.relname;
 -- schema). VACUUM refuses a transaction block: autocommit connections only.
 VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
     {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
-    {schema}.role_grants, {schema}.periodic_schedules, {schema}.tasks, {schema}.task_settings,
-    {schema}.task_lease_log;
+    {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning,
+    {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log;

@@ -1,0 +1,560 @@
+"""Everything the dashboard reads from the database, in one place.
+
+Each read is bounded however large the jobs table grows: counts stop at
+:data:`COUNT_CAP` (beyond it the planner's estimate is shown, marked
+approximate), lists are keyset pages through an index, aggregates sample the
+newest rows of one partial index. The statements live in
+``sql/queries/dashboard.sql``; the public App methods are used wherever one
+already does the job (job detail, explain, schedules, workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+
+from pgqueue import validation
+from pgqueue.errors import InvalidOption
+from pgqueue.models import Job, JobStatus
+from pgqueue.ops import Execute, Op
+from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+T = TypeVar("T")
+
+COUNT_CAP = 10_000
+"""Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
+SEARCH_WINDOW = 5_000
+"""Rows a free-text search page reads at most (newest ids first)."""
+SAMPLE = 2_000
+"""Newest finished jobs per outcome that task statistics are computed over."""
+DEAD_GROUP_SAMPLE = 2_000
+"""Newest dead jobs the dead-letter groups are computed over."""
+PAGE_SIZE = 50
+SHARE_SAMPLE = 1_000
+"""Rows sampled for per-queue shares of a status the planner expects to be huge."""
+
+CountKind = Literal["exact", "capped", "estimate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A count that may be capped or estimated (then shown as such)."""
+
+    value: int
+    kind: CountKind = "exact"
+
+    def __str__(self) -> str:
+        if self.kind == "capped":
+            return f"{self.value:,}+"
+        if self.kind == "estimate":
+            return "≈" + _short(self.value)
+        return f"{self.value:,}"
+
+
+def _short(value: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}".replace(".0", "")
+    return str(value)
+
+
+def _capped(value: int) -> Count:
+    return Count(COUNT_CAP, "capped") if value > COUNT_CAP else Count(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue on the overview and the queues page (the shape of
+    ``pgqueue status --json`` with counts that may be capped)."""
+
+    queue: str
+    queued: Count
+    scheduled: Count
+    running: Count
+    succeeded: Count
+    dead: Count
+    cancelled: Count
+    oldest_ready_age_seconds: float | None
+    paused: bool
+    concurrency_limit: int | None
+    rate_limit: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """``pgqueue status --json`` fields, plus which counts are approximate."""
+        counts = ("queued", "scheduled", "running", "succeeded", "dead", "cancelled")
+        out: dict[str, Any] = {"queue": self.queue}
+        out.update({name: getattr(self, name).value for name in counts})
+        out["oldest_ready_age_seconds"] = self.oldest_ready_age_seconds
+        out["paused"] = self.paused
+        out["concurrency_limit"] = self.concurrency_limit
+        out["rate_limit"] = self.rate_limit
+        out["approximate"] = {
+            name: getattr(self, name).kind for name in counts if getattr(self, name).kind != "exact"
+        }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of the jobs list; ``next_cursor`` continues it (None: the end).
+    A search page also says how far down it looked (``searched_to_id``)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+    searched_to_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Dead jobs sharing a task, an error code and a message fingerprint."""
+
+    task: str
+    error_code: str
+    fingerprint: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    sample_job_id: int
+    sample_message: str
+    queues: list[str]
+
+    @property
+    def key(self) -> str:
+        """The group's identity in URLs and forms."""
+        return json.dumps([self.task, self.error_code, self.fingerprint], separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStats:
+    """Run statistics of one task over the newest finished jobs."""
+
+    task: str
+    runs: int
+    succeeded: int
+    dead: int
+    success_rate: float | None
+    p50_duration_seconds: float | None
+    p95_duration_seconds: float | None
+    p50_wait_seconds: float | None
+    p95_wait_seconds: float | None
+    last_finished_at: datetime | None
+    last_error: str | None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+# --- operations (driven by App.database.run_async) ----------------------------
+
+
+def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
+    if limit is None or period_seconds is None:
+        return None
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if period_seconds >= size and period_seconds % size == 0:
+            return f"{limit}/{int(period_seconds // size)}{unit}"
+    return f"{limit}/{period_seconds:g}s"
+
+
+_ESTIMATES: dict[str, Any] = {
+    "scheduled": "dashboard_estimate_scheduled",
+    "dead": "dashboard_estimate_dead",
+    "cancelled": "dashboard_estimate_cancelled",
+    "succeeded": "dashboard_estimate_succeeded",
+}
+
+
+def _plan_rows(document: Any) -> int:
+    if isinstance(document, str):
+        document = json.loads(document)
+    return int(document[0]["Plan"]["Plan Rows"])
+
+
+def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
+    """Every queue with its (capped or estimated) counts and controls;
+    ``finished=False`` leaves the scheduled and finished counts at zero (the
+    queues page shows only what is live)."""
+    cap = COUNT_CAP + 1
+    rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
+    estimates: dict[str, int] = {}
+    caps: dict[str, int] = {}
+    for status, query in _ESTIMATES.items():
+        if not finished:
+            caps[status] = 0
+            continue
+        plan = yield Execute(query, {}, fetch="one")
+        estimates[status] = _plan_rows(plan[0])
+        # Far past the cap: a small sample gives the shares, the planner the total.
+        caps[status] = SHARE_SAMPLE if estimates[status] > 4 * COUNT_CAP else cap
+    sample = (
+        (
+            yield Execute(
+                "dashboard_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
+            )
+        )
+        if finished
+        else []
+    )
+    per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
+    for r in sample:
+        per_status[r["status"]][r["queue"]] = int(r["n"])
+    counts: dict[str, dict[str, Count]] = {}
+    for status, by_queue in per_status.items():
+        seen = sum(by_queue.values())
+        if not finished or seen < caps[status]:
+            counts[status] = {q: Count(n) for q, n in by_queue.items()}
+            continue
+        # The sample was cut off: the planner's total, shared out as sampled.
+        total = max(estimates[status], seen)
+        counts[status] = {
+            q: Count(round(total * n / seen), "estimate") for q, n in by_queue.items()
+        }
+    out = []
+    for r in rows:
+        name = r["queue"]
+        out.append(
+            QueueRow(
+                queue=name,
+                queued=_capped(r["queued"]),
+                scheduled=counts["scheduled"].get(name, Count(0)),
+                running=_capped(r["running"]),
+                succeeded=counts["succeeded"].get(name, Count(0)),
+                dead=counts["dead"].get(name, Count(0)),
+                cancelled=counts["cancelled"].get(name, Count(0)),
+                oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
+                paused=r["paused"],
+                concurrency_limit=r["concurrency_limit"],
+                rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
+            )
+        )
+    return out
+
+
+THROUGHPUT_SAMPLE = 20_000
+"""Newest finished jobs per outcome the throughput chart counts at most."""
+
+
+def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int | None, int | None]]]:
+    """(minute epoch, succeeded, dead) for each of the last 60 minutes; None
+    for minutes older than what the capped sample reaches (too busy to count
+    cheaply)."""
+    rows = yield Execute("dashboard_throughput", {"cap": THROUGHPUT_SAMPLE})
+    by_minute: dict[int, list[int]] = {}
+    seen = [0, 0]
+    oldest = [0, 0]  # per outcome: the oldest minute the sample reached
+    for minute, outcome, n in rows:
+        index = 0 if outcome == "succeeded" else 1
+        by_minute.setdefault(int(minute), [0, 0])[index] += int(n)
+        seen[index] += int(n)
+        oldest[index] = int(minute) if not oldest[index] else min(oldest[index], int(minute))
+    # A capped outcome is complete only after its oldest (partly read) minute.
+    floor = max((oldest[i] for i in (0, 1) if seen[i] >= THROUGHPUT_SAMPLE), default=0)
+    end = int((now or datetime.now().astimezone()).timestamp()) // 60 * 60
+    out: list[tuple[int, int | None, int | None]] = []
+    for m in range(end - 59 * 60, end + 60, 60):
+        if m <= floor:
+            out.append((m, None, None))
+        else:
+            ok, dead = by_minute.get(m, [0, 0])
+            out.append((m, ok, dead))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The filters of the jobs list (and of bulk actions on what it matches)."""
+
+    queue: str | None = None
+    status: str | None = None
+    task: str | None = None
+    q: str | None = None
+
+    @classmethod
+    def parse(cls, values: Any) -> JobFilter:
+        """From query or form values; empty strings mean "any". Raises
+        InvalidOption naming a bad value."""
+
+        def get(name: str) -> str | None:
+            value = values.get(name)
+            return value.strip() or None if isinstance(value, str) else None
+
+        queue, status, task, q = get("queue"), get("status"), get("task"), get("q")
+        if queue is not None:
+            validation.queue_name(queue)
+        if task is not None:
+            validation.task_name(task)
+        if status is not None and status not in _STORED:
+            raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
+        if q is not None and len(q) > 200:
+            raise InvalidOption("search text is longer than 200 characters")
+        return cls(queue, status, task, q)
+
+    def params(self) -> dict[str, str]:
+        """The non-empty filters, for links and hidden form fields."""
+        return {
+            k: v
+            for k, v in (
+                ("queue", self.queue),
+                ("status", self.status),
+                ("task", self.task),
+                ("q", self.q),
+            )
+            if v
+        }
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+FINISHED = ("succeeded", "dead", "cancelled")
+
+
+def _encode_finished_cursor(finished_at: datetime | None, job_id: int) -> str:
+    text = f"f:{finished_at.isoformat() if finished_at else ''}|{job_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_finished_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, rest = text.partition(":")
+        when, _, job_id = rest.partition("|")
+        if kind != "f":
+            raise ValueError(kind)
+        return datetime.fromisoformat(when), int(job_id)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidOption(
+            f"invalid cursor {cursor!r}: pass a next_cursor of the same listing"
+        ) from None
+
+
+def list_jobs_op(flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> Op[JobPage]:
+    """A keyset page of jobs, newest first (see dashboard.sql for the bounds)."""
+    before_id = decode_cursor(cursor) if cursor and flt.status not in FINISHED else None
+    stored, due = _STORED[flt.status] if flt.status else (None, None)
+    params: dict[str, Any] = {
+        "queue": flt.queue,
+        "task": flt.task,
+        "stored_statuses": stored,
+        "due": due,
+        "before_id": before_id,
+        "limit": limit + 1,
+    }
+    if flt.status in FINISHED and flt.q is None:
+        after = _decode_finished_cursor(cursor) if cursor else None
+        rows = yield Execute(
+            "dashboard_job_list_finished",
+            {
+                "status": flt.status,
+                "queue": flt.queue,
+                "task": flt.task,
+                "before_finished": after[0] if after else None,
+                "before_id": after[1] if after else None,
+                "limit": limit + 1,
+            },
+            rows="dict",
+        )
+        jobs = [job_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit and jobs[-1].finished_at is not None
+        return JobPage(
+            jobs, _encode_finished_cursor(jobs[-1].finished_at, jobs[-1].id) if more else None
+        )
+    if stored is not None and flt.q is None:
+        rows = yield Execute("dashboard_job_list", params, rows="dict")
+        jobs = [job_from_row(r) for r in rows[:limit]]
+        return JobPage(jobs, encode_cursor(jobs[-1].id) if len(rows) > limit else None)
+    params["pattern"] = _like(flt.q) if flt.q else None
+    params["window"] = SEARCH_WINDOW
+    rows = yield Execute("dashboard_job_search", params, rows="dict")
+    jobs = [job_from_row(r) for r in rows[:limit]]
+    if len(rows) > limit:
+        return JobPage(jobs, encode_cursor(jobs[-1].id))
+    floor = yield Execute(
+        "dashboard_search_floor", {"before_id": before_id, "window": SEARCH_WINDOW}, fetch="one"
+    )
+    lowest, examined = floor if floor else (None, 0)
+    if lowest is None or examined < SEARCH_WINDOW or lowest <= 1:
+        return JobPage(jobs, None, lowest)
+    return JobPage(jobs, encode_cursor(lowest), lowest)
+
+
+def dead_groups_op() -> Op[tuple[list[DeadGroup], bool]]:
+    """Dead-letter groups over the newest dead jobs; True when the sample was full."""
+    rows = yield Execute("dashboard_dead_groups", {"cap": DEAD_GROUP_SAMPLE}, rows="dict")
+    groups = [DeadGroup(**r) for r in rows]
+    return groups, sum(g.count for g in groups) >= DEAD_GROUP_SAMPLE
+
+
+def parse_group_key(key: str) -> tuple[str, str, str]:
+    """(task, error code, fingerprint) from :attr:`DeadGroup.key`."""
+    try:
+        task, code, fingerprint = json.loads(key)
+        if not all(isinstance(v, str) for v in (task, code, fingerprint)):
+            raise ValueError(key)
+    except (ValueError, TypeError):
+        raise InvalidOption(f"invalid dead-letter group {key!r}") from None
+    return task, code, fingerprint
+
+
+def dead_group_batch_op(
+    group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
+) -> Op[tuple[list[int], tuple[datetime, int] | None]]:
+    """The ids of one group among the next ``scan`` dead jobs of its task, and
+    the cursor after them (None when the task has no more dead jobs)."""
+    task, code, fingerprint = group
+    rows = yield Execute(
+        "dashboard_dead_group_ids",
+        {
+            "task": task,
+            "after_finished": cursor[0] if cursor else None,
+            "after_id": cursor[1] if cursor else None,
+            "limit": scan,
+        },
+        rows="dict",
+    )
+    ids = [r["id"] for r in rows if r["error_code"] == code and r["fingerprint"] == fingerprint]
+    after = (rows[-1]["finished_at"], rows[-1]["id"]) if len(rows) == scan else None
+    return ids, after
+
+
+def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
+    """Cancel live jobs by id: (id, previous status, current status) each."""
+    rows = yield Execute("dashboard_cancel_many", {"job_ids": list(job_ids)})
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def task_stats_op() -> Op[list[TaskStats]]:
+    """Per-task statistics over the newest finished jobs."""
+    rows = yield Execute("dashboard_task_stats", {"cap": SAMPLE}, rows="dict")
+    out = []
+    for r in rows:
+        finished = r["succeeded"] + r["dead"]
+        out.append(
+            TaskStats(
+                **r,
+                success_rate=(r["succeeded"] / finished) if finished else None,
+            )
+        )
+    return out
+
+
+def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
+    rows = yield Execute(query, params or {})
+    return list(rows)
+
+
+def worker_rows() -> Op[list[dict[str, Any]]]:
+    """Registered workers, their heartbeat age and running job count."""
+    rows = yield Execute("worker_list", {}, rows="dict")
+    return list(rows)
+
+
+def change_mark_op() -> Op[tuple[Any, ...]]:
+    """A tuple that changes whenever jobs, queues or workers change."""
+    row = yield Execute("dashboard_change_mark", {}, fetch="one")
+    return tuple(row or ())
+
+
+# --- async facade --------------------------------------------------------------
+
+
+class Data:
+    """The dashboard's reads for one App (async).
+
+    Reads of the list pages are shared for ``ttl`` seconds and never run
+    twice at once: when a live update makes a hundred browsers refresh the
+    same page, the database answers once. Any action clears the cache
+    (:meth:`invalidate`), so its effect shows on the next page.
+    """
+
+    def __init__(self, app: App, ttl: float = 1.0) -> None:
+        self.app = app
+        self.ttl = ttl
+        self._cache: dict[Hashable, tuple[float, Any]] = {}
+        self._locks: dict[Hashable, asyncio.Lock] = {}
+        self.reads = 0  # database reads done (cache misses), for tests
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    async def _shared(self, key: Hashable, op: Callable[[], Op[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > loop.time():
+            return cast(T, hit[1])
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] > loop.time():
+                return cast(T, hit[1])
+            self.reads += 1
+            value = await self.app.database.run_async(op())
+            if len(self._cache) > 1000:  # many distinct filters: start over
+                self._cache.clear()
+            self._cache[key] = (loop.time() + self.ttl, value)
+            return value
+
+    async def queues(self, finished: bool = True) -> list[QueueRow]:
+        return await self._shared(("queues", finished), lambda: queues_op(finished))
+
+    async def queue_names(self) -> list[str]:
+        rows = await self._shared("queue_names", lambda: _rows_op("dashboard_queue_names"))
+        return [r[0] for r in rows]
+
+    async def throughput(self) -> list[tuple[int, int | None, int | None]]:
+        return await self._shared("throughput", throughput_op)
+
+    async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
+        return await self._shared(
+            ("jobs", flt, cursor, limit), lambda: list_jobs_op(flt, cursor, limit)
+        )
+
+    async def job(self, job_id: int) -> tuple[Job, str]:
+        job = await self.app.get_job_async(job_id, history=True)
+        return job, await self.app.explain_async(job_id)
+
+    async def dead_groups(self) -> tuple[list[DeadGroup], bool]:
+        return await self._shared("dead_groups", dead_groups_op)
+
+    async def tasks(self) -> list[TaskStats]:
+        stats = {s.task: s for s in await self._shared("tasks", task_stats_op)}
+        for name, task in self.app.tasks.items():
+            defaults = self.app._task_defaults(name)
+            base = stats.get(name) or TaskStats(
+                name, 0, 0, 0, None, None, None, None, None, None, None
+            )
+            stats[name] = TaskStats(
+                **{
+                    **{f: getattr(base, f) for f in base.__dataclass_fields__},
+                    "queue": defaults.queue,
+                    "priority": defaults.priority,
+                    "max_attempts": defaults.max_attempts,
+                    "settings": {
+                        "lease_seconds": defaults.lease_seconds,
+                        "backoff": defaults.backoff,
+                        "callable": repr(task),
+                    },
+                }
+            )
+        return [stats[k] for k in sorted(stats)]
+
+    async def workers(self) -> list[dict[str, Any]]:
+        return await self._shared("workers", worker_rows)
+
+    async def change_mark(self) -> tuple[Any, ...]:
+        return await self.app.database.run_async(change_mark_op())
+
+
+def visible_statuses() -> list[str]:
+    """The statuses the jobs filter offers."""
+    return [s.value for s in JobStatus]

@@ -1,0 +1,639 @@
+"""``pgqueue doctor`` / ``App.doctor()``: what is wrong with the database.
+
+Each check returns one :class:`Finding` with a severity, the evidence
+(pids, application names, ages, sizes) and the fix (a command or SQL).
+``check()`` stays the quick liveness probe; the doctor is what an on-call
+engineer runs when the queue is slow.
+
+The checks are one operation on a dedicated connection (:func:`diagnose`);
+the pooler probe needs two client connections and runs in the shell
+(:func:`run` / :func:`run_async`).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from psycopg.conninfo import conninfo_to_dict
+
+from pgqueue.database import migrate_command
+from pgqueue.durations import parse_duration
+from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
+from pgqueue.explain import fmt_span
+from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.ops.health import STUCK_SAMPLE
+from pgqueue.version import SCHEMA_REVISION
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgqueue.database import Database
+
+Severity = Literal["ok", "warn", "error"]
+Age = str | float | timedelta
+SEVERITY_ORDER = {"ok": 0, "warn": 1, "error": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One check's verdict. ``check`` names the check, ``summary`` is one
+    line, ``detail`` the evidence in words, ``fix`` the command or SQL that
+    fixes it (empty when ok), ``evidence`` the same facts as data."""
+
+    check: str
+    severity: Severity
+    summary: str
+    detail: str = ""
+    fix: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    """0 when all ok, 1 with a warning, 2 with an error."""
+    return max((SEVERITY_ORDER[f.severity] for f in findings), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorSettings:
+    """Thresholds, in seconds unless named otherwise."""
+
+    max_transaction_age: float = 300.0
+    error_transaction_age: float = 3600.0
+    worker_timeout: float = 60.0
+    max_ready_age: float = 300.0
+    max_clock_skew: float = 5.0
+    notify_queue_warn: float = 0.5
+    dead_tuples_min: int = 10_000
+    archive_after: float = 7 * 86400.0
+    archive_backlog: int = 10_000
+    #: Whether the App declared a transaction pooler (then the pooler check is ok).
+    pooler_declared: bool = False
+
+    @classmethod
+    def build(cls, pooler_declared: bool = False, **ages: Any) -> DoctorSettings:
+        values: dict[str, Any] = {"pooler_declared": pooler_declared}
+        for name, value in ages.items():
+            if value is None:
+                continue
+            if name in ("dead_tuples_min", "archive_backlog"):
+                values[name] = int(value)
+            elif name == "notify_queue_warn":
+                values[name] = float(value)
+            else:
+                values[name] = parse_duration(value).total_seconds()
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolerProbe:
+    """What two client connections saw of the server behind the DSN."""
+
+    dsn_port: int | None
+    server_port: int | None
+    local_port: int | None
+    seen_client_port: int | None
+    same_backend: bool
+    pid: int
+
+
+def _finding(
+    check: str, severity: Severity, summary: str, detail: str = "", fix: str = "", **evidence: Any
+) -> Finding:
+    return Finding(check, severity, summary, detail, fix, evidence)
+
+
+def diagnose(
+    ctx: OpContext,
+    settings: DoctorSettings,
+    probe: PoolerProbe | None,
+    wall_clock: Callable[[], datetime] | None = None,
+) -> Op[list[Finding]]:
+    """Every check, in order; a check that cannot run says why."""
+    clock = wall_clock or (lambda: datetime.now(UTC))
+    findings: list[Finding] = []
+    sent = clock()
+    server = yield Execute("health_server", fetch="one", rows="dict")
+    received = clock()
+    findings.append(
+        _finding("connection", "ok", f"connected to PostgreSQL {server['server_version']}")
+    )
+    findings.append(_clock(server["server_now"], sent, received, settings))
+    findings.append(_pooler(probe, settings))
+    revision = yield from _revision()
+    findings.append(_schema(ctx.schema, revision))
+    findings.append((yield from _transactions(settings)))
+    findings.append((yield from _prepared(settings)))
+    findings.append((yield from _slots()))
+    findings.append((yield from _notify(settings)))
+    findings.append((yield from _connections()))
+    if revision is None:
+        return findings
+    try:
+        findings.append((yield from _tables(ctx, settings)))
+        findings.append((yield from _stale_workers(settings)))
+        findings.append((yield from _expired_leases(ctx)))
+        findings.append((yield from _backlog(ctx, settings)))
+        findings.append((yield from _archive(ctx, settings)))
+    except SchemaNotMigrated as exc:
+        findings.append(
+            _finding(
+                "queue_state",
+                "error",
+                "could not read the queue tables",
+                str(exc),
+                f"run `{migrate_command(ctx.schema)}`",
+            )
+        )
+    return findings
+
+
+def _revision() -> Op[str | None]:
+    try:
+        row = yield Execute("health_schema_revision", fetch="one")
+    except SchemaNotMigrated:
+        return None
+    return None if row is None else str(row[0])
+
+
+def _schema(schema: str, revision: str | None) -> Finding:
+    fix = f"run `{migrate_command(schema)}`"
+    if revision is None:
+        return _finding(
+            "migrations",
+            "error",
+            f'schema "{schema}" is not migrated',
+            f"no pgqueue tables in schema {schema!r}; this pgqueue needs revision "
+            f"{SCHEMA_REVISION}",
+            fix,
+            revision=None,
+            expected=SCHEMA_REVISION,
+        )
+    if revision != SCHEMA_REVISION:
+        return _finding(
+            "migrations",
+            "error",
+            f'schema "{schema}" is at revision {revision}, this pgqueue needs {SCHEMA_REVISION}',
+            "the schema and this code disagree: workers and producers may fail",
+            f"{fix} (or, if a newer pgqueue migrated the database, upgrade this one)",
+            revision=revision,
+            expected=SCHEMA_REVISION,
+        )
+    return _finding(
+        "migrations", "ok", f'schema "{schema}" is at head ({revision})', revision=revision
+    )
+
+
+def _clock(server_now: datetime, sent: datetime, received: datetime, s: DoctorSettings) -> Finding:
+    round_trip = (received - sent).total_seconds()
+    skew = (server_now - (sent + (received - sent) / 2)).total_seconds()
+    side = "ahead of" if skew > 0 else "behind"
+    summary = f"the server clock is {abs(skew):.3f}s {side} this machine's"
+    if abs(skew) - round_trip / 2 > s.max_clock_skew:
+        return _finding(
+            "clock_skew",
+            "warn",
+            summary,
+            f"over the {s.max_clock_skew:g}s limit: delays, schedules and archive cutoffs "
+            "computed on this host will be off",
+            "sync both clocks with NTP (e.g. `timedatectl set-ntp true`, chrony)",
+            skew_seconds=skew,
+        )
+    return _finding("clock_skew", "ok", summary, skew_seconds=skew)
+
+
+def _pooler(probe: PoolerProbe | None, s: DoctorSettings) -> Finding:
+    if probe is None:
+        return _finding("pooler", "ok", "not probed (no second connection)")
+    proxied = (
+        probe.dsn_port is not None
+        and probe.server_port is not None
+        and probe.dsn_port != probe.server_port
+    ) or (
+        probe.local_port is not None
+        and probe.seen_client_port is not None
+        and probe.local_port != probe.seen_client_port
+    )
+    evidence = asdict(probe)
+    if probe.same_backend:
+        if s.pooler_declared:
+            return _finding(
+                "pooler",
+                "ok",
+                "a transaction pooler is in the path and the App declares it",
+                **evidence,
+            )
+        return _finding(
+            "pooler",
+            "warn",
+            "a transaction-mode pooler (e.g. PgBouncer) is in front of the database",
+            f"two client connections were served by the same server process (pid {probe.pid})"
+            + (
+                f"; the DSN's port {probe.dsn_port} is not the server's {probe.server_port}"
+                if proxied
+                else ""
+            )
+            + ": LISTEN/NOTIFY wake-ups and session state do not work through it",
+            "declare it: App(..., listen=False) (workers then poll) or point workers at the "
+            "server directly; keep producers on the pooler",
+            **evidence,
+        )
+    if proxied:
+        return _finding(
+            "pooler",
+            "ok",
+            "a proxy or session-mode pooler is in the path (session features work)",
+            f"the DSN's port {probe.dsn_port} is not the server's {probe.server_port}",
+            **evidence,
+        )
+    return _finding("pooler", "ok", "direct connection to the server", **evidence)
+
+
+def _session(row: dict[str, Any]) -> str:
+    who = row["application_name"] or "no application_name"
+    return (
+        f"pid {row['pid']} ({who}, user {row['user_name']}"
+        + (f", from {row['client_addr']}" if row["client_addr"] else "")
+        + f") {row['state']} for {fmt_span(row['state_seconds'] or 0)}, transaction open "
+        f"{fmt_span(row['transaction_seconds'] or 0)}, xmin age {row['xmin_age']}"
+    )
+
+
+def _transactions(s: DoctorSettings) -> Op[Finding]:
+    rows = yield Execute("doctor_transactions", rows="dict")
+    old = [r for r in rows if (r["transaction_seconds"] or 0) > s.max_transaction_age]
+    if not old:
+        oldest = rows[0]["transaction_seconds"] if rows else 0.0
+        return _finding(
+            "xmin_horizon",
+            "ok",
+            f"no transaction open longer than {fmt_span(s.max_transaction_age)}"
+            + (f" (oldest {fmt_span(oldest)})" if rows else ""),
+            oldest_transaction_seconds=oldest,
+        )
+    worst = old[0]
+    idle = [r for r in old if (r["state"] or "").startswith("idle in transaction")]
+    severity: Severity = (
+        "error" if (worst["transaction_seconds"] or 0) > s.error_transaction_age else "warn"
+    )
+    pids = ", ".join(str(r["pid"]) for r in old)
+    return _finding(
+        "xmin_horizon",
+        severity,
+        f"{len(old)} session{'s' if len(old) != 1 else ''} "
+        f"{'idle in transaction' if idle else 'with a long transaction'} hold"
+        f"{'s' if len(old) == 1 else ''} back the xmin horizon "
+        f"(oldest open {fmt_span(worst['transaction_seconds'])})",
+        "; ".join(_session(r) for r in old)
+        + ". Until they end, VACUUM cannot remove the dead rows of finished jobs: the "
+        "queue tables bloat and leases slow down.",
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid IN ({pids}); "
+        "and fix the client (commit or roll back; set idle_in_transaction_session_timeout)",
+        sessions=old,
+    )
+
+
+def _prepared(s: DoctorSettings) -> Op[Finding]:
+    rows = yield Execute("doctor_prepared_transactions", rows="dict")
+    old = [r for r in rows if (r["age_seconds"] or 0) > s.max_transaction_age]
+    if not old:
+        return _finding("prepared_transactions", "ok", "no forgotten prepared transaction")
+    gids = ", ".join(
+        f"{r['gid']!r} (owner {r['owner_name']}, prepared "
+        f"{fmt_span(r['age_seconds'])} ago, xmin age {r['xmin_age']})"
+        for r in old
+    )
+    return _finding(
+        "prepared_transactions",
+        "error",
+        f"{len(old)} prepared transaction{'s' if len(old) != 1 else ''} older than "
+        f"{fmt_span(s.max_transaction_age)} hold{'s' if len(old) == 1 else ''} back the "
+        "xmin horizon and keep their locks, even across restarts",
+        gids,
+        "; ".join(f"ROLLBACK PREPARED '{r['gid']}'" for r in old)
+        + " (or COMMIT PREPARED, if its transaction manager wants it committed)",
+        prepared=old,
+    )
+
+
+def _slots() -> Op[Finding]:
+    rows = yield Execute("doctor_replication_slots", rows="dict")
+    bad = [r for r in rows if not r["active"]]
+    if not bad:
+        return _finding(
+            "replication_slots",
+            "ok",
+            f"{len(rows)} replication slot{'s' if len(rows) != 1 else ''}, all active",
+        )
+    holding = [r for r in bad if r["xmin"] is not None or r["catalog_xmin"] is not None]
+    detail = "; ".join(
+        f"{r['slot_name']} ({r['slot_type']}, inactive"
+        + (f", retains {_size(r['retained_wal_bytes'])} of WAL" if r["retained_wal_bytes"] else "")
+        + (f", xmin age {r['xmin_age']}" if r["xmin_age"] is not None else "")
+        + ")"
+        for r in bad
+    )
+    return _finding(
+        "replication_slots",
+        "error" if holding else "warn",
+        f"{len(bad)} inactive replication slot{'s' if len(bad) != 1 else ''}: "
+        + ", ".join(r["slot_name"] for r in bad),
+        detail
+        + ". An inactive slot keeps WAL on disk without bound"
+        + (" and holds back the xmin horizon" if holding else ""),
+        "; ".join(f"SELECT pg_drop_replication_slot('{r['slot_name']}')" for r in bad)
+        + " (if no replica or consumer will come back for it)",
+        slots=bad,
+    )
+
+
+def _notify(s: DoctorSettings) -> Op[Finding]:
+    row = yield Execute("doctor_notify_queue", fetch="one", rows="dict")
+    usage = float(row["usage"])
+    if usage <= s.notify_queue_warn:
+        return _finding("notify_queue", "ok", f"NOTIFY queue {usage:.2%} full", usage=usage)
+    return _finding(
+        "notify_queue",
+        "error" if usage > 0.9 else "warn",
+        f"the NOTIFY queue is {usage:.2%} full",
+        "a session that LISTENs but does not read (often one left idle in transaction) "
+        "stops the queue from emptying; at 100% every NOTIFY fails, and so does every "
+        "enqueue. The server log names it: 'server process ... is lagging'",
+        "find it in the server log or among sessions idle in transaction "
+        "(pg_stat_activity), then SELECT pg_terminate_backend(pid)",
+        usage=usage,
+    )
+
+
+def _connections() -> Op[Finding]:
+    row = yield Execute("doctor_connections", fetch="one", rows="dict")
+    usable = max(1, row["max_connections"] - row["reserved"])
+    share = row["in_use"] / usable
+    top = ", ".join(
+        f"{t['connections']} {t['user_name']}@{t['database']} ({t['application_name'] or '-'})"
+        for t in row["top"]
+    )
+    summary = f"{row['in_use']} of {usable} connections in use ({share:.0%})"
+    evidence = {
+        "in_use": row["in_use"],
+        "max_connections": row["max_connections"],
+        "reserved": row["reserved"],
+        "top": row["top"],
+    }
+    if share < 0.8:
+        return _finding("connections", "ok", summary, **evidence)
+    return _finding(
+        "connections",
+        "error" if share >= 0.95 else "warn",
+        summary,
+        f"heaviest: {top}. New connections (workers reconnecting, producers) will be refused "
+        "at the limit",
+        "lower pool sizes (App(pool_max_size=...)), put a pooler in front of producers, or "
+        "raise max_connections",
+        **evidence,
+    )
+
+
+def _size(n: int | None) -> str:
+    value = float(n or 0)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+def _tables(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
+    rows = yield Execute("doctor_tables", {"schema": ctx.schema}, rows="dict")
+    bloated = [r for r in rows if r["dead_tuples"] > max(s.dead_tuples_min, 0.2 * r["live_tuples"])]
+    if not bloated:
+        return _finding(
+            "dead_tuples",
+            "ok",
+            "queue tables have few dead tuples",
+            tables={r["table_name"]: r["dead_tuples"] for r in rows},
+        )
+
+    def last(r: dict[str, Any]) -> str:
+        when = max((t for t in (r["last_autovacuum"], r["last_vacuum"]) if t), default=None)
+        return "never vacuumed" if when is None else f"last vacuum {when:%Y-%m-%d %H:%M:%S%z}"
+
+    return _finding(
+        "dead_tuples",
+        "warn",
+        "dead tuples pile up in " + ", ".join(r["table_name"] for r in bloated),
+        "; ".join(
+            f"{r['table_name']}: {r['dead_tuples']} dead / {r['live_tuples']} live, "
+            f"{_size(r['total_bytes'])}, {last(r)}"
+            for r in bloated
+        )
+        + ". If vacuum runs but cannot remove them, see the xmin_horizon, "
+        "prepared_transactions and replication_slots checks",
+        "pgqueue maintenance (VACUUM ANALYZE of the queue tables), after ending whatever "
+        "holds the xmin horizon",
+        tables=bloated,
+    )
+
+
+def _stale_workers(s: DoctorSettings) -> Op[Finding]:
+    rows = yield Execute(
+        "health_dead_workers", {"now": None, "seconds": s.worker_timeout}, rows="dict"
+    )
+    if not rows:
+        return _finding(
+            "workers",
+            "ok",
+            f"every registered worker sent a heartbeat in the last {fmt_span(s.worker_timeout)}",
+        )
+    return _finding(
+        "workers",
+        "warn",
+        f"{len(rows)} worker{'s' if len(rows) != 1 else ''} without a heartbeat for over "
+        f"{fmt_span(s.worker_timeout)}",
+        "; ".join(
+            f"{r['id']} (host {r['host']}, pid {r['pid']}, silent "
+            f"{fmt_span(r['heartbeat_age_seconds'])})"
+            for r in rows
+        )
+        + ": stopped (SIGSTOP), hung, or killed; its jobs are reclaimed only when their "
+        "leases expire",
+        "on that host: `kill -CONT <pid>` if stopped, else restart it (`kill -TERM <pid>`); "
+        "killed workers' rows disappear after an hour",
+        workers=rows,
+    )
+
+
+def _expired_leases(ctx: OpContext) -> Op[Finding]:
+    row = yield Execute(
+        "health_stuck_jobs", {"now": None, "sample": STUCK_SAMPLE}, fetch="one", rows="dict"
+    )
+    if not row["stuck"]:
+        return _finding("expired_leases", "ok", "no running job is past its lease")
+    ids = ", ".join(str(i) for i in row["job_ids"])
+    return _finding(
+        "expired_leases",
+        "error",
+        f"{row['stuck']} running job{'s' if row['stuck'] != 1 else ''} past their lease "
+        f"(worst by {fmt_span(row['oldest_expired_seconds'])})",
+        f"jobs {ids}{', ...' if row['stuck'] > STUCK_SAMPLE else ''}: their worker died or "
+        "froze and no worker's reaper has reclaimed them",
+        "start a worker (its reaper reclaims them) or run `pgqueue reap`",
+        stuck=row["stuck"],
+        job_ids=list(row["job_ids"]),
+    )
+
+
+def _backlog(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
+    rows = yield Execute(
+        "health_queue_backlog", {"now": None, "seconds": s.max_ready_age}, rows="dict"
+    )
+    if not rows:
+        return _finding(
+            "backlog", "ok", f"no queue has a ready job older than {fmt_span(s.max_ready_age)}"
+        )
+    return _finding(
+        "backlog",
+        "warn",
+        f"{len(rows)} queue{'s' if len(rows) != 1 else ''} with ready jobs waiting over "
+        f"{fmt_span(s.max_ready_age)}: " + ", ".join(r["queue"] for r in rows),
+        "; ".join(
+            f"{r['queue']}: oldest ready job waiting {fmt_span(r['oldest_ready_age_seconds'])}"
+            for r in rows
+        ),
+        "add workers for these queues (`pgqueue worker --queue NAME`), raise --concurrency, "
+        "or check their limits (`pgqueue status`)",
+        queues={r["queue"]: r["oldest_ready_age_seconds"] for r in rows},
+    )
+
+
+def _archive(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
+    cap = max(s.archive_backlog, 1) * 10
+    row = yield Execute(
+        "doctor_archive_backlog",
+        {"seconds": s.archive_after, "cap": cap},
+        fetch="one",
+        rows="dict",
+    )
+    waiting = row["waiting"]
+    after = fmt_span(s.archive_after)
+    if waiting < s.archive_backlog:
+        return _finding(
+            "archive",
+            "ok",
+            f"{waiting} finished job{'s' if waiting != 1 else ''} older than {after} in the "
+            "hot table",
+            waiting=waiting,
+        )
+    return _finding(
+        "archive",
+        "warn",
+        f"{waiting}{'+' if waiting >= cap else ''} finished jobs older than {after} wait for "
+        "archive in the hot table",
+        f"oldest finished {fmt_span(row['oldest_seconds'] or 0)} ago; a big hot table slows "
+        "every lease and vacuum",
+        f"pgqueue archive --older-than {_duration(s.archive_after)} (from cron, e.g. hourly)",
+        waiting=waiting,
+    )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+# --- the shell: connections --------------------------------------------------------
+
+
+def _dsn_port(dsn: str) -> int | None:
+    try:
+        port = conninfo_to_dict(dsn).get("port")
+        return int(str(port).split(",")[0]) if port else 5432
+    except Exception:
+        return None
+
+
+def _local_port(conn: Any) -> int | None:
+    try:
+        with socket.socket(fileno=conn.pgconn.socket) as sock:
+            try:
+                name = sock.getsockname()
+            finally:
+                sock.detach()  # the socket stays libpq's
+    except OSError:
+        return None
+    return int(name[1]) if isinstance(name, tuple) else None
+
+
+def _backend() -> Op[Any]:
+    row = yield Execute("doctor_backend", fetch="one")
+    return row
+
+
+def probe_pooler(
+    database: Database, first: psycopg.Connection[Any], second: psycopg.Connection[Any]
+) -> PoolerProbe:
+    """Ask two autocommit client connections, one after the other, which
+    server process serves them: the same one means a transaction pooler."""
+    a = database.run(_backend(), first)
+    b = database.run(_backend(), second)
+    return PoolerProbe(
+        dsn_port=_dsn_port(database.dsn),
+        server_port=a[1],
+        local_port=_local_port(first),
+        seen_client_port=a[3],
+        same_backend=a[0] == b[0],
+        pid=a[0],
+    )
+
+
+def _unreachable(exc: BaseException) -> list[Finding]:
+    return [
+        _finding(
+            "connection",
+            "error",
+            "cannot connect to the database",
+            str(exc),
+            "check the DSN (--dsn, PGQUEUE_DSN), that the server runs and accepts this host",
+        )
+    ]
+
+
+def run(database: Database, ctx: OpContext, settings: DoctorSettings) -> list[Finding]:
+    """The doctor on two dedicated connections of ``database``."""
+    try:
+        with database.connect() as first, database.connect() as second:
+            try:
+                probe: PoolerProbe | None = probe_pooler(database, first, second)
+            except DatabaseError:
+                probe = None
+            return database.run(diagnose(ctx, settings, probe), first)
+    except ConnectionFailed as exc:
+        return _unreachable(exc)
+
+
+async def run_async(database: Database, ctx: OpContext, settings: DoctorSettings) -> list[Finding]:
+    """Async twin of :func:`run` (the pooler probe runs in a thread)."""
+    import asyncio
+
+    try:
+        probe = await asyncio.to_thread(_probe_only, database)
+        async with await database.connect_async() as conn:
+            return await database.run_async(diagnose(ctx, settings, probe), conn)
+    except ConnectionFailed as exc:
+        return _unreachable(exc)
+
+
+def _probe_only(database: Database) -> PoolerProbe | None:
+    try:
+        with database.connect() as first, database.connect() as second:
+            return probe_pooler(database, first, second)
+    except DatabaseError:
+        return None

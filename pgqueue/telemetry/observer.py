@@ -1,0 +1,98 @@
+"""The worker's observation hooks: what the executor and producer tell
+metrics and tracing, and nothing more.
+
+The executor calls :meth:`WorkerObserver.started` when a job starts and
+:meth:`WorkerObserver.finished` once when its attempt ends; both are plain
+bookkeeping on the event loop (no I/O, no locks). The default observer does
+nothing, so a worker without metrics or tracing pays one method call per job.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgqueue.worker.executor import RunningJob
+
+
+class WorkerObserver:
+    """No-op base: subclasses override what they need."""
+
+    #: Whether leases must also return each job's run_at and trace context.
+    wants_lease_details = False
+
+    def watch(self, running: Mapping[int, RunningJob]) -> None:
+        """The executor's table of jobs not yet recorded (read, never changed)."""
+
+    def started(self, rj: RunningJob) -> None:
+        """A leased job is about to run (or be failed without running)."""
+
+    def run_context(self, rj: RunningJob) -> contextvars.Context | None:
+        """The context the task should run in (None: the current one)."""
+        return None
+
+    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+        """The job's attempt ended with ``outcome`` (an attempt outcome, or
+        ``lease_lost`` / ``released`` when its outcome is not recorded)."""
+
+    def close(self) -> None:
+        """The worker stopped."""
+
+
+NULL_OBSERVER = WorkerObserver()
+
+
+class Observers(WorkerObserver):
+    """Several observers as one (metrics and tracing)."""
+
+    def __init__(self, observers: list[WorkerObserver]) -> None:
+        self.observers = observers
+        self.wants_lease_details = any(o.wants_lease_details for o in observers)
+
+    def watch(self, running: Mapping[int, RunningJob]) -> None:
+        for o in self.observers:
+            o.watch(running)
+
+    def started(self, rj: RunningJob) -> None:
+        for o in self.observers:
+            o.started(rj)
+
+    def run_context(self, rj: RunningJob) -> contextvars.Context | None:
+        for o in self.observers:
+            ctx = o.run_context(rj)
+            if ctx is not None:
+                return ctx
+        return None
+
+    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+        for o in self.observers:
+            o.finished(rj, outcome, error)
+
+    def close(self) -> None:
+        for o in self.observers:
+            o.close()
+
+
+def build_observer(settings: Any, version: str) -> WorkerObserver:
+    """The observer for a worker's settings: metrics when ``metrics_port`` is
+    set, tracing when opentelemetry is installed and a tracer provider is
+    configured; the no-op observer otherwise."""
+    observers: list[WorkerObserver] = []
+    port = getattr(settings, "metrics_port", None)
+    if port is not None:
+        from pgqueue.telemetry.worker_metrics import WorkerMetrics
+
+        observers.append(
+            WorkerMetrics.serve(
+                port, settings.worker_id, version, getattr(settings, "metrics_host", "0.0.0.0")
+            )
+        )
+    from pgqueue.telemetry import tracing
+
+    if tracing.enabled():
+        observers.append(tracing.TracingObserver())
+    if not observers:
+        return NULL_OBSERVER
+    return observers[0] if len(observers) == 1 else Observers(observers)

@@ -1,0 +1,270 @@
+-- The web dashboard's reads and bulk actions (pgqueue.dashboard).
+-- Every statement here is bounded: counts stop at %(cap)s rows, lists read a
+-- keyset page through an index, aggregates sample the newest rows of one
+-- partial index. Nothing scans the whole jobs table however big it grows.
+
+-- name: dashboard_queues
+-- Per queue: controls, the age of its oldest ready job, and queued/running
+-- counts capped at %(cap)s (both partial indexes lead with the queue name).
+SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                              WHERE j.queue = q.name AND j.status = 'queued'
+                              LIMIT %(cap)s) c) AS queued,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                              WHERE j.queue = q.name AND j.status = 'running'
+                              LIMIT %(cap)s) c) AS running,
+       extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
+           AS oldest_ready_age_seconds
+FROM {schema}.queues q
+ORDER BY q.name
+LIMIT 1000;
+
+-- name: dashboard_status_sample
+-- Per queue counts of scheduled, dead, cancelled and succeeded-in-the-last-hour
+-- jobs among at most cap_<status> rows of each (one partial index each, in
+-- its order, so that the planner never prefers a sequential scan); a status
+-- whose rows add up to its cap was cut off and is estimated instead (the
+-- caller passes a small cap where the planner already expects many rows).
+SELECT 'scheduled' AS status, s.queue, count(*)::bigint AS n
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'scheduled'
+      ORDER BY j.run_at LIMIT %(cap_scheduled)s) s
+GROUP BY s.queue
+UNION ALL
+SELECT 'dead', s.queue, count(*)::bigint
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
+      ORDER BY j.finished_at DESC LIMIT %(cap_dead)s) s
+GROUP BY s.queue
+UNION ALL
+SELECT 'cancelled', s.queue, count(*)::bigint
+FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
+      ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s) s
+GROUP BY s.queue
+UNION ALL
+SELECT 'succeeded', s.queue, count(*)::bigint
+FROM (SELECT j.queue FROM {schema}.jobs j
+      WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
+      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s) s
+GROUP BY s.queue;
+
+-- name: dashboard_estimate_scheduled
+-- The planner's row estimate (no rows are read).
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'scheduled';
+
+-- name: dashboard_estimate_dead
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'dead';
+
+-- name: dashboard_estimate_cancelled
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'cancelled';
+
+-- name: dashboard_estimate_succeeded
+EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs
+WHERE status = 'succeeded' AND finished_at > now() - interval '1 hour';
+
+-- name: dashboard_throughput
+-- Jobs finished per minute over the last hour, from finished_at, newest
+-- first through the finished index, at most %(cap)s rows per outcome.
+SELECT extract(epoch FROM date_trunc('minute', f.finished_at))::bigint AS minute,
+       f.outcome, count(*)::bigint AS n
+FROM (
+    (SELECT j.finished_at, 'succeeded' AS outcome FROM {schema}.jobs j
+     WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
+     ORDER BY j.finished_at DESC LIMIT %(cap)s)
+    UNION ALL
+    (SELECT j.finished_at, 'dead' FROM {schema}.jobs j
+     WHERE j.status = 'dead' AND j.finished_at > now() - interval '1 hour'
+     ORDER BY j.finished_at DESC LIMIT %(cap)s)
+) f
+GROUP BY 1, 2
+ORDER BY 1;
+
+-- name: dashboard_job_list
+-- A keyset page of jobs, newest id first, with a status filter (the planner
+-- picks the primary key backwards or that status's partial index).
+SELECT j.id, j.queue, j.task, j.payload, j.priority,
+       {schema}.visible_status(j.status, j.run_at) AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result
+FROM {schema}.jobs j
+WHERE j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
+  AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_search
+-- A keyset page of jobs, newest id first, over a window of at most
+-- %(window)s ids below the cursor (primary key backwards): free text over
+-- payload and last error, and filters without a status, never read more.
+SELECT j.id, j.queue, j.task, j.payload, j.priority,
+       {schema}.visible_status(j.status, j.run_at) AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result
+FROM (SELECT * FROM {schema}.jobs w
+      WHERE (%(before_id)s::bigint IS NULL OR w.id < %(before_id)s::bigint)
+      ORDER BY w.id DESC
+      LIMIT %(window)s) j
+WHERE (%(stored_statuses)s::{schema}.job_status[] IS NULL
+       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[]))
+  AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(pattern)s::text IS NULL
+       OR j.payload::text ILIKE %(pattern)s::text
+       OR j.last_error ILIKE %(pattern)s::text)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_search_floor
+-- The lowest id of a search window (where the next window starts) and its size.
+SELECT min(w.id) AS floor, count(*)::bigint AS examined
+FROM (SELECT j.id FROM {schema}.jobs j
+      WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+      ORDER BY j.id DESC
+      LIMIT %(window)s) w;
+
+-- name: dashboard_dead_groups
+-- The newest %(cap)s dead jobs (finished index, newest first) grouped by task,
+-- error code and a fingerprint of the message with numbers, hex ids and
+-- quoted values masked, so "user 17 not found" and "user 42 not found" fall
+-- in one group.
+WITH recent AS (
+    SELECT j.id, j.task, j.queue, j.finished_at,
+           split_part(coalesce(j.last_error, ''), ': ', 1) AS error_code,
+           substr(coalesce(j.last_error, ''), length(split_part(coalesce(j.last_error, ''), ': ', 1)) + 3)
+               AS message
+    FROM {schema}.jobs j
+    WHERE j.status = 'dead'
+    ORDER BY j.finished_at DESC
+    LIMIT %(cap)s
+), marked AS (
+    SELECT r.*, left(md5(regexp_replace(regexp_replace(regexp_replace(left(r.message, 500),
+               '''[^'']*''|"[^"]*"', '?', 'g'),
+               '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(-[0-9a-fA-F]{4,})*', 'H', 'g'),
+               '[0-9]+', 'N', 'g')), 12) AS fingerprint
+    FROM recent r
+)
+SELECT m.task, m.error_code, m.fingerprint, count(*)::bigint AS count,
+       min(m.finished_at) AS first_seen, max(m.finished_at) AS last_seen,
+       max(m.id) AS sample_job_id,
+       (array_agg(m.message ORDER BY m.id DESC))[1] AS sample_message,
+       array_agg(DISTINCT m.queue ORDER BY m.queue) AS queues
+FROM marked m
+GROUP BY m.task, m.error_code, m.fingerprint
+ORDER BY count(*) DESC, max(m.finished_at) DESC
+LIMIT 500;
+
+-- name: dashboard_dead_group_ids
+-- The next %(limit)s dead jobs of a task, newest first after the keyset
+-- (finished_at, id) cursor, with the error code and fingerprint of
+-- dashboard_dead_groups; the caller keeps the rows of its group.
+SELECT j.id, j.finished_at,
+       split_part(coalesce(j.last_error, ''), ': ', 1) AS error_code,
+       left(md5(regexp_replace(regexp_replace(regexp_replace(left(
+           substr(coalesce(j.last_error, ''),
+                  length(split_part(coalesce(j.last_error, ''), ': ', 1)) + 3), 500),
+           '''[^'']*''|"[^"]*"', '?', 'g'),
+           '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(-[0-9a-fA-F]{4,})*', 'H', 'g'),
+           '[0-9]+', 'N', 'g')), 12) AS fingerprint
+FROM {schema}.jobs j
+WHERE j.status = 'dead' AND j.task = %(task)s::text
+  AND (%(after_finished)s::timestamptz IS NULL
+       OR j.finished_at <= %(after_finished)s::timestamptz)
+  AND (%(after_finished)s::timestamptz IS NULL
+       OR (j.finished_at, j.id) < (%(after_finished)s::timestamptz, %(after_id)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_cancel_many
+-- Cancel live jobs by id: queued/scheduled ones end cancelled now, running
+-- ones are asked to stop (their worker is told). Finished ones are left alone.
+WITH target AS (
+    SELECT id, status FROM {schema}.jobs
+    WHERE id = ANY (%(job_ids)s::bigint[]) AND status IN ('queued', 'scheduled', 'running')
+    ORDER BY id
+    FOR UPDATE
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+        cancel_requested = true
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, j.status, j.notify_finish
+), notified AS (
+    SELECT count(pg_notify({channel},
+               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
+    FROM updated u WHERE u.status = 'running' OR u.notify_finish
+)
+SELECT u.id, t.status::text AS previous, u.status::text AS current
+FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
+
+-- name: dashboard_task_stats
+-- Per task over the newest %(cap)s succeeded and %(cap)s dead jobs (finished
+-- index): runs, outcomes, p50/p95 of run time and of wait (attempt start
+-- minus run_at), last finish and the last error.
+WITH recent AS (
+    (SELECT j.task, j.status::text AS status, j.run_at, j.attempt_started_at, j.finished_at,
+            j.last_error
+     FROM {schema}.jobs j WHERE j.status = 'succeeded'
+     ORDER BY j.finished_at DESC LIMIT %(cap)s)
+    UNION ALL
+    (SELECT j.task, j.status::text, j.run_at, j.attempt_started_at, j.finished_at, j.last_error
+     FROM {schema}.jobs j WHERE j.status = 'dead'
+     ORDER BY j.finished_at DESC LIMIT %(cap)s)
+)
+SELECT r.task, count(*)::bigint AS runs,
+       count(*) FILTER (WHERE r.status = 'succeeded')::bigint AS succeeded,
+       count(*) FILTER (WHERE r.status = 'dead')::bigint AS dead,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.finished_at - r.attempt_started_at))::float8
+           AS p50_duration_seconds,
+       percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.finished_at - r.attempt_started_at))::float8
+           AS p95_duration_seconds,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY greatest(0, extract(epoch FROM r.attempt_started_at - r.run_at)))::float8
+           AS p50_wait_seconds,
+       percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY greatest(0, extract(epoch FROM r.attempt_started_at - r.run_at)))::float8
+           AS p95_wait_seconds,
+       max(r.finished_at) AS last_finished_at,
+       (array_agg(r.last_error ORDER BY r.finished_at DESC)
+            FILTER (WHERE r.status = 'dead'))[1] AS last_error
+FROM recent r
+GROUP BY r.task
+ORDER BY r.task;
+
+-- name: dashboard_change_mark
+-- A cheap fingerprint of what changed: the newest job id and the newest
+-- finish of each outcome (one index probe each), for the live updates.
+SELECT (SELECT max(id) FROM {schema}.jobs) AS newest_id,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'succeeded') AS succeeded,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'dead') AS dead,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs WHERE status = 'running'
+                              LIMIT 10001) r) AS running,
+       (SELECT max(updated_at) FROM {schema}.queues) AS queues,
+       (SELECT max(last_heartbeat_at) FROM {schema}.workers) AS workers;
+
+-- name: dashboard_queue_names
+-- Queue names for the filters (the queues table, not the jobs).
+SELECT name FROM {schema}.queues ORDER BY name LIMIT 1000;
+
+-- name: dashboard_job_list_finished
+-- A keyset page of finished jobs of one status, most recently finished first,
+-- straight down the finished index (however rare that status is).
+SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result
+FROM {schema}.jobs j
+WHERE j.status = %(status)s::{schema}.job_status
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR j.finished_at <= %(before_finished)s::timestamptz)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR (j.finished_at, j.id) < (%(before_finished)s::timestamptz, %(before_id)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s;

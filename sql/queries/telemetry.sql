@@ -1,0 +1,62 @@
+-- Telemetry: traced enqueue, the lease with what metrics and traces need,
+-- and the database view of `pgqueue metrics` (cheap reads: counts stop at
+-- a cap, beyond which the planner's statistics give an estimate).
+
+-- name: job_enqueue_batch_traced
+-- enqueue_batch (enqueue_windowed when %(windowed)s), storing the trace
+-- context (a JSON carrier) with every job.
+SELECT job_id, created
+FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
+                                   %(windowed)s::boolean);
+
+-- name: job_lease_observed
+-- job_lease plus, for metrics and tracing, each job's wait (seconds) and trace context.
+SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
+       wait_seconds, trace_context
+FROM {schema}.lease_jobs_observed(%(queues)s::text[], %(worker_id)s, %(limit)s,
+                                  %(lease_seconds)s::integer, %(now)s::timestamptz);
+
+-- name: metrics_queue_live
+-- Per queue: paused, ready and running counts (each an index range scan of
+-- the queue's part of a partial index, stopping at the cap), oldest ready age.
+SELECT q.name AS queue, q.paused,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'running' LIMIT %(cap)s) c) AS running,
+       extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
+           AS oldest_ready_age_seconds
+FROM {schema}.queues q
+ORDER BY q.name;
+
+-- name: metrics_status_sample
+-- Up to %(cap)s jobs of each other status, counted by queue (due scheduled
+-- jobs count as queued). One literal status per branch, so that each scan
+-- uses its partial index.
+SELECT s.status, s.queue, count(*)::bigint AS n
+FROM (
+    (SELECT CASE WHEN j.run_at <= now() THEN 'queued' ELSE 'scheduled' END AS status, j.queue
+     FROM {schema}.jobs j WHERE j.status = 'scheduled' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead' LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled' LIMIT %(cap)s)
+) s
+GROUP BY s.status, s.queue;
+
+-- name: metrics_status_estimates
+-- The planner's estimate of the jobs table's rows per stored status (from
+-- ANALYZE statistics; empty before the first ANALYZE).
+SELECT v.status, round(c.reltuples * v.freq)::bigint AS estimate
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_stats s
+  ON s.schemaname = %(schema)s AND s.tablename = 'jobs' AND s.attname = 'status'
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
+WHERE c.oid = '{schema}.jobs'::regclass AND c.reltuples > 0;
+
+-- name: metrics_workers_alive
+-- Registered workers whose heartbeat is younger than %(seconds)s.
+SELECT count(*)::bigint FROM {schema}.workers
+WHERE last_heartbeat_at > now() - make_interval(secs => %(seconds)s);

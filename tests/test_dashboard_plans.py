@@ -1,0 +1,113 @@
+"""Every dashboard statement reads the jobs table through an index, never a
+sequential scan, on a table shaped like production (mostly finished jobs)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from pgqueue.queries import queries_for
+from tests.fixtures.factory import JobFactory
+from tests.test_query_plan import plan_nodes
+
+NOW = datetime.now(UTC)
+
+CASES: list[tuple[str, dict[str, Any], set[str]]] = [
+    ("dashboard_queues", {"cap": 10_001}, {"jobs_ready_idx", "jobs_running_idx"}),
+    (
+        "dashboard_status_sample",
+        {
+            "cap_scheduled": 10_001,
+            "cap_dead": 10_001,
+            "cap_cancelled": 1_000,
+            "cap_succeeded": 1_000,
+        },
+        {"jobs_scheduled_idx", "jobs_finished_idx"},
+    ),
+    (
+        "dashboard_job_list_finished",
+        {
+            "status": "succeeded",
+            "queue": "reports",
+            "task": None,
+            "before_finished": NOW,
+            "before_id": 10,
+            "limit": 51,
+        },
+        {"jobs_finished_idx"},
+    ),
+    ("dashboard_throughput", {"cap": 200_000}, {"jobs_finished_idx"}),
+    (
+        "dashboard_job_list",
+        {
+            "stored_statuses": ["dead"],
+            "due": None,
+            "queue": "mail",
+            "task": None,
+            "before_id": None,
+            "limit": 51,
+        },
+        set(),
+    ),
+    (
+        "dashboard_job_search",
+        {
+            "stored_statuses": None,
+            "due": None,
+            "queue": None,
+            "task": None,
+            "pattern": "%needle%",
+            "before_id": 50_000,
+            "window": 20_000,
+            "limit": 51,
+        },
+        {"jobs_pkey"},
+    ),
+    ("dashboard_search_floor", {"before_id": None, "window": 20_000}, {"jobs_pkey"}),
+    ("dashboard_dead_groups", {"cap": 10_000}, {"jobs_finished_idx"}),
+    (
+        "dashboard_dead_group_ids",
+        {"task": "factory_task", "after_finished": NOW, "after_id": 10, "limit": 500},
+        {"jobs_finished_idx"},
+    ),
+    ("dashboard_task_stats", {"cap": 5_000}, {"jobs_finished_idx"}),
+    ("dashboard_change_mark", {}, set()),
+    ("dashboard_cancel_many", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
+]
+
+
+@pytest.fixture
+def busy_table(job_factory: JobFactory) -> JobFactory:
+    job_factory.insert_many(60_000, queue="mail", status="succeeded", finished=True)
+    job_factory.insert_many(5_000, queue="mail", status="dead", finished=True)
+    job_factory.insert_many(3_000, queue="mail", status="cancelled", finished=True)
+    job_factory.insert_many(3_000, queue="mail", status="scheduled", run_at_offset=3600.0)
+    for queue in ("mail", "reports"):
+        job_factory.insert_many(2_000, queue=queue, status="queued")
+    job_factory.insert_many(300, queue="mail", status="running")
+    job_factory.conn.execute("ANALYZE pgqueue.jobs")
+    return job_factory
+
+
+def test_every_dashboard_statement_uses_an_index(busy_table: JobFactory) -> None:
+    queries = queries_for("pgqueue")
+    for name, params, expected in CASES:
+        statement = queries[name]  # type: ignore[index]
+        conn = busy_table.conn
+        # A rolled-back transaction: EXPLAIN ANALYZE would run the cancel.
+        with conn.transaction(force_rollback=True):
+            row = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
+        assert row is not None
+        document = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+        nodes = plan_nodes(document[0]["Plan"])
+        for sub in document[0]["Plan"].get("Plans", []):
+            nodes += plan_nodes(sub)
+        scans = [n for n in nodes if n.get("Relation Name") == "jobs"]
+        assert scans, name
+        seq = [n for n in scans if n["Node Type"] == "Seq Scan"]
+        assert not seq, (name, json.dumps(document, indent=1)[:3000])
+        used = {n["Index Name"] for n in nodes if "Index Name" in n}
+        assert expected <= used, (name, used)
