@@ -58,10 +58,12 @@ def test_enqueue_to_execution_across_processes(
     spans_file = tmp_path / "spans.jsonl"
     with pgqueue.App(db_dsn) as producer:
         with trace.get_tracer("tests").start_as_current_span("request") as request:
-            ok = producer.enqueue("traced_ok", {"value": 1})
+            # (This producer does not know the tasks: with a queue given the
+            # span names it; without, the task registry picks it, 0006.)
+            ok = producer.enqueue("traced_ok", {"value": 1}, queue="default")
             failing = producer.enqueue("traced_fail", {"message": "no luck"}, queue="other")
         batch = producer.enqueue_many(
-            [pgqueue.JobSpec("traced_async", {"value": i}) for i in range(3)]
+            [pgqueue.JobSpec("traced_async", {"value": i}, queue="default") for i in range(3)]
         )
     sent = {s.name: s for s in exporter.get_finished_spans() if s.kind.name == "PRODUCER"}
     assert set(sent) == {"send default", "send other"}

@@ -65,6 +65,9 @@ class _JobBuilder:
             obj["lookup"] = True
             if spec.queue is not None:
                 obj["queue"] = validation.queue_name(spec.queue)
+                self.queues.add(obj["queue"])
+            else:
+                self.queues.add("")  # the database picks it (the registry's)
             if spec.priority is not None:
                 obj["priority"] = validation.priority(spec.priority)
             if spec.max_attempts is not None:
@@ -146,7 +149,8 @@ def _insert(
     doc: str, queues: set[str], count: int, query: QueryName = "job_enqueue_batch"
 ) -> Op[list[Enqueued]]:
     # In a PRODUCER span whose trace context is stored with the jobs, when tracing is on.
-    span = tracing.send_span(sorted(queues), count)
+    # ("" marks a job whose queue the database picks: then no destination.)
+    span = tracing.send_span([] if "" in queues else sorted(queues), count)
     if span is None:
         rows = yield Execute(query, {"jobs": doc})
         return [Enqueued(job_id, created) for job_id, created in rows]
