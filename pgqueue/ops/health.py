@@ -67,7 +67,9 @@ def _check(ctx: OpContext, settings: HealthSettings, wall_clock: WallClock) -> O
         checks.append(_stuck_check(stuck))
 
         workers = yield Execute(
-            "health_dead_workers", {"now": now, "seconds": settings.worker_timeout}, rows="dict"
+            "health_dead_workers",
+            {"now": now, "seconds": settings.worker_timeout, "holding_jobs": True},
+            rows="dict",
         )
         facts["dead_workers"] = [DeadWorker(**row) for row in workers]
         checks.append(_workers_check(facts["dead_workers"], settings.worker_timeout))

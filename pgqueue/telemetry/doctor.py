@@ -443,7 +443,9 @@ def _tables(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
 
 def _stale_workers(s: DoctorSettings) -> Op[Finding]:
     rows = yield Execute(
-        "health_dead_workers", {"now": None, "seconds": s.worker_timeout}, rows="dict"
+        "health_dead_workers",
+        {"now": None, "seconds": s.worker_timeout, "holding_jobs": False},
+        rows="dict",
     )
     if not rows:
         return _finding(

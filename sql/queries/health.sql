@@ -24,13 +24,15 @@ WHERE status = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, n
 -- name: health_dead_workers
 -- Registered workers silent for longer than %(seconds)s (a worker that stops
 -- cleanly deregisters; these were killed or hang) that still hold running
--- jobs: once the reaper reclaimed those, a lost worker is no failure.
+-- jobs (%(holding_jobs)s; `check`: once the reaper reclaimed those, a lost
+-- worker is no failure), or all of them (the doctor's warning).
 SELECT w.id, w.host, w.pid,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - w.last_heartbeat_at)::float8
            AS heartbeat_age_seconds
 FROM {schema}.workers w
 WHERE w.last_heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
-  AND EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'running' AND j.worker_id = w.id)
+  AND (NOT %(holding_jobs)s::boolean
+       OR EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'running' AND j.worker_id = w.id))
 ORDER BY w.last_heartbeat_at;
 
 -- name: health_queue_backlog
