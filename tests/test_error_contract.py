@@ -22,7 +22,9 @@ from pgqueue.errors import ConnectionFailed, DatabaseError, QueryFailed, SchemaN
 
 PACKAGE = Path(pgqueue.__file__).parent
 # The modules that may talk to psycopg's errors: the database boundary.
-BOUNDARY = {"database.py"}
+# subscribe.py holds the App's shared LISTEN connection and translates through
+# the same ErrorTranslator.
+BOUNDARY = {"database.py", "subscribe.py"}
 
 
 @pytest.fixture
@@ -184,9 +186,12 @@ def test_every_sync_app_method_has_an_async_twin_with_the_same_signature() -> No
     for sync_name, async_name in twins:
         sync_fn = getattr(pgqueue.App, sync_name)
         async_fn = getattr(pgqueue.App, async_name)
-        assert inspect.iscoroutinefunction(async_fn), async_name
         sync_sig = inspect.signature(sync_fn)
         async_sig = inspect.signature(async_fn)
+        if sync_name == "subscribe":  # context managers: a sync and an async stream
+            async_sig = async_sig.replace(return_annotation=sync_sig.return_annotation)
+        else:
+            assert inspect.iscoroutinefunction(async_fn), async_name
         if sync_name == "run_worker":  # the async twin also takes the stop event
             async_sig = async_sig.replace(
                 parameters=[p for n, p in async_sig.parameters.items() if n != "stop"]

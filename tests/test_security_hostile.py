@@ -333,12 +333,15 @@ def test_deep_payload_with_a_raised_recursion_limit(
 
 
 def test_an_over_deep_result_is_not_stored(shared_app: pgqueue.App) -> None:
-    # A result too deep to read back later is dropped (as an oversized one is).
+    # A result too deep to read back later is refused by the low-level ack,
+    # which writes nothing (the worker stores no result and says why instead:
+    # tests/test_results_encoding.py).
     job_id = shared_app.enqueue("t", queue="deep-result").job_id
     (leased,) = shared_app.lease("deep-result", "w1")
-    shared_app.ack(leased, nested(MAX_PAYLOAD_DEPTH + 1))
+    with pytest.raises(pgqueue.InvalidPayload, match="deeper"):
+        shared_app.ack(leased, nested(MAX_PAYLOAD_DEPTH + 1))
     job = shared_app.get_job(job_id)
-    assert (job.status, job.result) == (pgqueue.JobStatus.SUCCEEDED, None)
+    assert (job.status, job.result) == (pgqueue.JobStatus.RUNNING, None)
 
 
 # --- the SQL function ---------------------------------------------------------------------
