@@ -51,7 +51,6 @@ QueryName = Literal[
     "worker_heartbeat",
     "worker_deregister",
     "worker_list",
-    "worker_prune_stale",
     "schedule_now",
     "schedule_get",
     "schedule_list",

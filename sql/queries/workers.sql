@@ -26,9 +26,3 @@ SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartb
         WHERE j.status = 'running' AND j.worker_id = w.id) AS running
 FROM {schema}.workers w
 ORDER BY w.started_at;
-
--- name: worker_prune_stale
--- Forget workers silent for longer than the threshold (their jobs are left to
--- the reaper, which goes by lease expiry, not by this table).
-DELETE FROM {schema}.workers WHERE last_heartbeat_at < now() - make_interval(secs => %(seconds)s)
-RETURNING id;
