@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
@@ -71,9 +72,12 @@ class Server:
                 (DB_PREFIX.replace("_", r"\_") + "%",),
             ).fetchall()
         ]
-        for n in names:
+        # Databases of a benchmark process still running (another run on this
+        # machine) are not stale: their name carries that process's pid.
+        stale = [n for n in names if not _pid_alive(n)]
+        for n in stale:
             self.drop_db(n)
-        return names
+        return stale
 
     def wait_no_clients(self, dbname: str, timeout: float = 15.0) -> bool:
         """Wait until no client backend is connected to ``dbname``: a backend
@@ -193,3 +197,17 @@ def table_stats(dsn: str) -> dict[str, Any]:
         for k in total:
             total[k] += t[k]
     return {"total": total, "tables": tables}
+
+
+def _pid_alive(dbname: str) -> bool:
+    """Whether the benchmark process named in ``pgqb_<pid>_...`` still runs."""
+    parts = dbname[len(DB_PREFIX):].split("_", 1)
+    if not parts[0].isdigit():
+        return False
+    try:
+        os.kill(int(parts[0]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
