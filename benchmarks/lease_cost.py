@@ -32,7 +32,9 @@ from benchmarks.common import DEFAULT_DSN
 from benchmarks.db import Server
 
 LEASE = "SELECT job_id, attempt_id FROM pgqueue.lease_jobs(%(queues)s::text[], 'bench', 1)"
-RELEASE = "SELECT job_id FROM pgqueue.release_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[])"
+RELEASE = (
+    "SELECT job_id FROM pgqueue.release_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[])"
+)
 
 
 def _fill(conn: psycopg.Connection[Any], scenario: str, queues: int, blocked: int) -> None:
@@ -86,9 +88,7 @@ def measure(server: Server, scenario: str, queues: int, blocked: int, reps: int)
                         "SELECT task FROM pgqueue.jobs WHERE id = %s", (rows[0][0],)
                     ).fetchone()
                     tasks.add(row[0] if row else "?")
-                    conn.execute(
-                        RELEASE, {"job_ids": [rows[0][0]], "attempt_ids": [rows[0][1]]}
-                    )
+                    conn.execute(RELEASE, {"job_ids": [rows[0][0]], "attempt_ids": [rows[0][1]]})
     finally:
         server.drop_db(name)
     return {

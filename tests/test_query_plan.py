@@ -153,3 +153,86 @@ def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn:
             if n["Node Type"] == "Sort" and any(k.startswith("j.") for k in n["Sort Key"])
         ]
         assert pick_sorts == [], json.dumps(plan, indent=1)
+
+
+def test_lease_updates_the_rows_it_locked_by_tid(busy_table: JobFactory, db_dsn: str) -> None:
+    """The lease's update fetches the row versions its pick locked by ctid (a
+    TID scan, 0011), not by one primary-key descent per job."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _load_auto_explain(conn)
+        leased, plans = _explained(
+            conn, "SELECT job_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'explain-worker', 50)"
+        )
+        running = conn.execute(
+            "SELECT count(*) FROM pgqueue.jobs WHERE id = ANY(%s) AND status = 'running'"
+            " AND worker_id = 'explain-worker'",
+            ([r[0] for r in leased],),
+        ).fetchone()
+
+    assert len(leased) == 50
+    assert running == (50,)
+    picking = [p for p in plans if "status = 'queued' AND" in p["Query Text"]]
+    assert picking, f"no plan of the lease's pick in {len(plans)} plans"
+    for plan in picking:
+        nodes = plan_nodes(plan["Plan"])
+        updates = [n for n in nodes if n["Node Type"] == "ModifyTable"]
+        assert updates, json.dumps(plan, indent=1)
+        assert any(n["Node Type"] == "Tid Scan" for n in nodes), json.dumps(plan, indent=1)
+        assert "jobs_pkey" not in {n.get("Index Name") for n in nodes}, json.dumps(plan, indent=1)
+
+
+def test_ack_probes_the_primary_key_once_per_job(job_factory: JobFactory, db_dsn: str) -> None:
+    """ack_jobs keeps one generic plan per session (0011). Planned while few
+    jobs ran, it must still find each acked job by its primary key once
+    thousands run: a scan of every running job per ack (or per acked job)
+    would make completions slower the bigger the fleet."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        _load_auto_explain(conn)
+        # A long-lived worker session acking small batches on a tiny table.
+        for _ in range(8):
+            job_factory.insert_many(2, queue="mail", status="queued")
+            leased = conn.execute(
+                "SELECT job_id, attempt_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 2)"
+            ).fetchall()
+            acked = conn.execute(
+                "SELECT job_id FROM pgqueue.ack_jobs(%s, %s, NULL)",
+                ([r[0] for r in leased], [r[1] for r in leased]),
+            ).fetchall()
+            assert len(acked) == len(leased) == 2
+        job_factory.insert_many(3_000, queue="mail", status="running")
+        job_factory.insert_many(50_000, queue="mail", status="succeeded", finished=True)
+        job_factory.insert_many(20, queue="mail", status="queued")
+        conn.execute("ANALYZE pgqueue.jobs")
+        leased = conn.execute(
+            "SELECT job_id, attempt_id FROM pgqueue.lease_jobs(ARRAY['mail'], 'w', 20)"
+        ).fetchall()
+        assert len(leased) == 20
+        # A stale attempt id is refused in the same batch.
+        job_ids = [r[0] for r in leased] + [leased[0][0]]
+        attempt_ids = [r[1] for r in leased] + [leased[0][1] - 1_000_000]
+        acked, plans = _explained(
+            conn,
+            conn.execute(
+                "SELECT format('SELECT job_id, attempt_id FROM pgqueue.ack_jobs(%%L, %%L, NULL)',"
+                " %s::bigint[], %s::bigint[])",
+                (job_ids, attempt_ids),
+            ).fetchone()[0],
+        )
+        states = conn.execute(
+            "SELECT status::text, count(*) FROM pgqueue.jobs WHERE id = ANY(%s) GROUP BY 1",
+            (job_ids,),
+        ).fetchall()
+
+    assert sorted(acked) == sorted(leased)
+    assert states == [("succeeded", 20)]
+    updating = [p for p in plans if "UPDATE" in p["Query Text"] and "finished" in p["Query Text"]]
+    assert updating, f"no plan of the ack's update in {len(plans)} plans"
+    for plan in updating:
+        nodes = plan_nodes(plan["Plan"])
+        used = {n.get("Index Name") for n in nodes if "Index Name" in n}
+        assert "jobs_pkey" in used, json.dumps(plan, indent=1)
+        assert "jobs_running_idx" not in used, json.dumps(plan, indent=1)
+        assert not any(
+            n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") and n.get("Relation Name") == "jobs"
+            for n in nodes
+        ), json.dumps(plan, indent=1)

@@ -152,7 +152,9 @@ BEGIN
                 -- The row versions this statement locked, by ctid: nobody else can
                 -- change them until this transaction ends, so the update below
                 -- fetches them directly (a TID scan) instead of descending the
-                -- primary key once per job.
+                -- primary key once per job. A version committed after this
+                -- statement's snapshot (watch_job's notify_finish, set meanwhile)
+                -- is invisible to that scan: its job stays queued for the next lease.
                 SELECT j.ctid AS tid FROM {schema}.jobs j
                 WHERE j.queue = v_queue.name AND j.status = 'queued' AND j.run_at <= v_now
                   AND (j.serial_key IS NULL OR NOT EXISTS (
