@@ -257,7 +257,8 @@ class TaskStats:
 class WorkerInfo:
     """A registered worker: ``state`` is ``"alive"``, ``"stale"`` (heartbeat
     late) or ``"lost"`` (declared lost at ``lost_at``); ``running`` counts the
-    jobs it still holds."""
+    jobs it still holds; ``version`` is its pgqueue version (None: registered
+    by a pgqueue older than schema revision 0013)."""
 
     id: str
     host: str
@@ -271,6 +272,7 @@ class WorkerInfo:
     heartbeat_age_seconds: float
     state: str
     running: int
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

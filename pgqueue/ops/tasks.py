@@ -245,6 +245,7 @@ def list_workers() -> Op[list[WorkerInfo]]:
             heartbeat_age_seconds=r["heartbeat_age_seconds"],
             state=r["state"],
             running=int(r["running"]),
+            version=r["version"],
         )
         for r in rows
     ]

@@ -203,17 +203,12 @@ FULL JOIN failed_attempts a ON a.task = p.task
 ORDER BY 1;
 
 -- name: worker_mark_lost
--- Declare workers silent for longer than %(seconds)s lost (with when).
-UPDATE {schema}.workers SET lost_at = now()
-WHERE lost_at IS NULL AND last_heartbeat_at < now() - make_interval(secs => %(seconds)s)
-RETURNING id;
+-- Declare workers silent for longer than %(seconds)s (at least 60) lost, with when.
+SELECT id FROM {schema}.mark_lost_workers(%(seconds)s) AS id;
 
 -- name: worker_prune_lost
 -- Forget workers lost for longer than %(seconds)s whose jobs were all reaped.
-DELETE FROM {schema}.workers w
-WHERE w.lost_at < now() - make_interval(secs => %(seconds)s)
-  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'running' AND j.worker_id = w.id)
-RETURNING w.id;
+SELECT id FROM {schema}.prune_lost_workers(%(seconds)s) AS id;
 
 -- name: worker_forget
 -- Forget a worker (pgqueue workers forget): refused while it is alive
@@ -226,8 +221,8 @@ RETURNING w.id;
 
 -- name: worker_list_states
 -- Workers with their state: alive, stale (heartbeat late) or lost (with
--- when), their tasks and how many jobs they hold.
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.started_at,
+-- when), their pgqueue version, their tasks and how many jobs they hold.
+SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.version, w.started_at,
        w.last_heartbeat_at, w.lost_at,
        extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
        CASE WHEN w.lost_at IS NOT NULL THEN 'lost'
