@@ -963,17 +963,28 @@ class App:
         return await self.database.run_async(task_ops.list_tasks())
 
     def task_stats(
-        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+        self,
+        task: str | None = None,
+        since: datetime | timedelta | str | float | None = None,
+        *,
+        sample: int | None = None,
     ) -> dict[str, TaskStats]:
         """Run statistics per task for jobs and attempts finished since
-        ``since`` (a datetime, or an age such as ``"1h"``; default 24 h)."""
-        return self.database.run(task_ops.task_stats(task, since))
+        ``since`` (a datetime, or an age such as ``"1h"``; default 24 h).
+        ``sample``: when more jobs than that finished in the window, start it
+        at the finish of the ``sample``-th newest instead (bounded cost on a
+        busy system; each TaskStats' ``window_start`` says where it began)."""
+        return self.database.run(task_ops.task_stats(task, since, sample=sample))
 
     async def task_stats_async(
-        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+        self,
+        task: str | None = None,
+        since: datetime | timedelta | str | float | None = None,
+        *,
+        sample: int | None = None,
     ) -> dict[str, TaskStats]:
         """Async twin of :meth:`task_stats`."""
-        return await self.database.run_async(task_ops.task_stats(task, since))
+        return await self.database.run_async(task_ops.task_stats(task, since, sample=sample))
 
     def unknown_tasks(self) -> list[UnknownTaskJobs]:
         """Tasks of waiting jobs that no live worker knows (status, doctor)."""

@@ -235,7 +235,8 @@ class TaskStats:
     jobs that succeeded, attempts that failed, jobs dead-lettered or
     cancelled, failed attempts that were retried, duration (last attempt's
     start to finish) and wait (run_at to the last attempt's start) in seconds,
-    and the latest error."""
+    and the latest error. ``window_start``: where the window began (later
+    than asked when ``task_stats(sample=)`` bounded it)."""
 
     task: str
     runs: int
@@ -251,6 +252,7 @@ class TaskStats:
     wait_p95: float | None
     wait_max: float | None
     last_error: str | None
+    window_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

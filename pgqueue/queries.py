@@ -79,6 +79,7 @@ QueryName = Literal[
     "task_wait_context",
     "task_unknown_waiting",
     "task_stats",
+    "task_stats_window",
     "worker_mark_lost",
     "worker_prune_lost",
     "worker_forget",

@@ -132,17 +132,63 @@ WHERE j.status IN ('queued', 'scheduled')
 GROUP BY j.task
 ORDER BY min(j.created_at);
 
+-- name: task_stats_window
+-- Where a statistics window over at most %(sample)s finished jobs starts:
+-- %(since)s, or the finish of the %(sample)s-th newest job finished since
+-- then when more did (a merge of the finished indexes' ranges, newest
+-- first: bounded however busy the system is).
+SELECT CASE WHEN count(*) < %(sample)s::integer THEN %(since)s::timestamptz
+            ELSE min(n.finished_at) END AS since
+FROM (
+    SELECT u.finished_at FROM (
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'dead' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT a.finished_at FROM {schema}.jobs_archive a
+         WHERE a.finished_at >= %(since)s
+         ORDER BY a.finished_at DESC LIMIT %(sample)s)
+    ) u
+    ORDER BY u.finished_at DESC
+    LIMIT %(sample)s
+) n;
+
 -- name: task_stats
 -- Per-task run statistics over jobs finished (or attempts ended) since
 -- %(since)s, from the hot table, its attempts and the archive; each scan is
 -- an index range on finished_at. Durations: start of the last attempt to
 -- finish; wait: run_at to start of the last attempt.
 WITH finished AS (
-    SELECT j.task, j.status::text AS status, j.attempts, j.last_error, j.finished_at,
+    -- One literal status per branch: jobs_finished_idx leads with status and
+    -- its predicate implies an IN list, which the planner would then drop
+    -- from the index condition (a scan of the whole index or table).
+    SELECT j.task, 'succeeded' AS status, j.attempts, j.last_error, j.finished_at,
            extract(epoch FROM j.finished_at - j.attempt_started_at)::float8 AS duration,
            extract(epoch FROM j.attempt_started_at - j.run_at)::float8 AS wait
     FROM {schema}.jobs j
-    WHERE j.finished_at >= %(since)s AND j.status IN ('succeeded', 'dead', 'cancelled')
+    WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    UNION ALL
+    SELECT j.task, 'dead', j.attempts, j.last_error, j.finished_at,
+           extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
+           extract(epoch FROM j.attempt_started_at - j.run_at)::float8
+    FROM {schema}.jobs j
+    WHERE j.status = 'dead' AND j.finished_at >= %(since)s
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    UNION ALL
+    SELECT j.task, 'cancelled', j.attempts, j.last_error, j.finished_at,
+           extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
+           extract(epoch FROM j.attempt_started_at - j.run_at)::float8
+    FROM {schema}.jobs j
+    WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     UNION ALL
     SELECT a.task, a.status::text, a.attempts, a.last_error, a.finished_at,
@@ -197,7 +243,8 @@ SELECT coalesce(p.task, a.task) AS task,
        greatest(coalesce(a.failed, 0) - coalesce(p.dead, 0), 0) AS retries,
        p.duration_p50, p.duration_p95, p.duration_max, p.wait_p50, p.wait_p95, p.wait_max,
        CASE WHEN a.last_error_at IS NULL OR (p.last_dead_at IS NOT NULL AND p.last_dead_at >= a.last_error_at)
-            THEN coalesce(p.last_dead_error, a.last_error) ELSE a.last_error END AS last_error
+            THEN coalesce(p.last_dead_error, a.last_error) ELSE a.last_error END AS last_error,
+       %(since)s::timestamptz AS window_start
 FROM per_task p
 FULL JOIN failed_attempts a ON a.task = p.task
 ORDER BY 1;
