@@ -4,7 +4,7 @@ sequential scan, on a table shaped like production (mostly finished jobs)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -73,7 +73,10 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         {"task": "factory_task", "after_finished": NOW, "after_id": 10, "limit": 500},
         {"jobs_finished_idx"},
     ),
-    ("dashboard_task_stats", {"cap": 5_000}, {"jobs_finished_idx"}),
+    # The tasks page: task_stats(sample=) (the registry's statistics).
+    ("task_stats_window", {"since": NOW, "sample": 5_000}, {"jobs_finished_idx"}),
+    # ... then over the narrow window that task_stats_window found.
+    ("task_stats", {"since": NOW + timedelta(hours=1), "task": None}, {"jobs_finished_idx"}),
     ("dashboard_change_mark", {}, set()),
     ("dashboard_cancel_many", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
 ]

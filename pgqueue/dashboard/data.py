@@ -5,7 +5,8 @@ Each read is bounded however large the jobs table grows: counts stop at
 approximate), lists are keyset pages through an index, aggregates sample the
 newest rows of one partial index. The statements live in
 ``sql/queries/dashboard.sql``; the public App methods are used wherever one
-already does the job (job detail, explain, schedules, workers).
+already does the job (job detail, explain, schedules, workers, the task
+registry and its statistics).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
-from pgqueue.models import Job, JobStatus
+from pgqueue.models import Job, JobStatus, TaskInfo, TaskStats, UnknownTaskJobs, WorkerInfo
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
 
@@ -33,8 +34,11 @@ COUNT_CAP = 10_000
 """Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
 SEARCH_WINDOW = 5_000
 """Rows a free-text search page reads at most (newest ids first)."""
-SAMPLE = 2_000
-"""Newest finished jobs per outcome that task statistics are computed over."""
+TASK_STATS_WINDOW = "24h"
+"""The window of the tasks page's statistics (``pgqueue task stats`` default)."""
+TASK_STATS_SAMPLE = 5_000
+"""At most this many of the newest finished jobs are in that window (the
+window starts later on a busy system; the page says so)."""
 DEAD_GROUP_SAMPLE = 2_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
@@ -133,24 +137,47 @@ class DeadGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskStats:
-    """Run statistics of one task over the newest finished jobs."""
+class TaskRow:
+    """One task on the tasks page: the registry's view of it
+    (:meth:`pgqueue.App.list_tasks`: declared defaults, live settings,
+    limits, live workers, running count), its run statistics
+    (:meth:`pgqueue.App.task_stats`) and, when no live worker knows it, its
+    waiting jobs (:meth:`pgqueue.App.unknown_tasks`)."""
 
     task: str
-    runs: int
-    succeeded: int
-    dead: int
-    success_rate: float | None
-    p50_duration_seconds: float | None
-    p95_duration_seconds: float | None
-    p50_wait_seconds: float | None
-    p95_wait_seconds: float | None
-    last_finished_at: datetime | None
-    last_error: str | None
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    stats: TaskStats | None
+    info: TaskInfo | None
+    unknown: UnknownTaskJobs | None
+    registered_here: bool
+
+    @property
+    def success_rate(self) -> float | None:
+        """Succeeded jobs over jobs that ended succeeded or dead."""
+        if self.stats is None:
+            return None
+        ended = self.stats.succeeded + self.stats.dead
+        return self.stats.succeeded / ended if ended else None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOverview:
+    """The tasks page: a row per task, where the statistics window began and
+    whether it was shortened to the newest :data:`TASK_STATS_SAMPLE` jobs."""
+
+    rows: list[TaskRow]
+    window_start: datetime | None
+    sampled: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` shapes: ``task stats`` (a dict by task),
+        ``task list`` (a list) and the unknown tasks of ``status``."""
+        return {
+            "stats": {r.task: r.stats for r in self.rows if r.stats is not None},
+            "tasks": [r.info for r in self.rows if r.info is not None],
+            "unknown_tasks": [r.unknown for r in self.rows if r.unknown is not None],
+            "window_start": self.window_start,
+            "sampled": self.sampled,
+        }
 
 
 # --- operations (driven by App.database.run_async) ----------------------------
@@ -433,29 +460,8 @@ def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def task_stats_op() -> Op[list[TaskStats]]:
-    """Per-task statistics over the newest finished jobs."""
-    rows = yield Execute("dashboard_task_stats", {"cap": SAMPLE}, rows="dict")
-    out = []
-    for r in rows:
-        finished = r["succeeded"] + r["dead"]
-        out.append(
-            TaskStats(
-                **r,
-                success_rate=(r["succeeded"] / finished) if finished else None,
-            )
-        )
-    return out
-
-
 def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
     rows = yield Execute(query, params or {})
-    return list(rows)
-
-
-def worker_rows() -> Op[list[dict[str, Any]]]:
-    """Registered workers, their heartbeat age and running job count."""
-    rows = yield Execute("worker_list", {}, rows="dict")
     return list(rows)
 
 
@@ -488,6 +494,9 @@ class Data:
         self._cache.clear()
 
     async def _shared(self, key: Hashable, op: Callable[[], Op[T]]) -> T:
+        return await self._cached(key, lambda: self.app.database.run_async(op()))
+
+    async def _cached(self, key: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
         loop = asyncio.get_running_loop()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > loop.time():
@@ -498,7 +507,7 @@ class Data:
             if hit is not None and hit[0] > loop.time():
                 return cast(T, hit[1])
             self.reads += 1
-            value = await self.app.database.run_async(op())
+            value = await fetch()
             if len(self._cache) > 1000:  # many distinct filters: start over
                 self._cache.clear()
             self._cache[key] = (loop.time() + self.ttl, value)
@@ -526,30 +535,30 @@ class Data:
     async def dead_groups(self) -> tuple[list[DeadGroup], bool]:
         return await self._shared("dead_groups", dead_groups_op)
 
-    async def tasks(self) -> list[TaskStats]:
-        stats = {s.task: s for s in await self._shared("tasks", task_stats_op)}
-        for name, task in self.app.tasks.items():
-            defaults = self.app._task_defaults(name)
-            base = stats.get(name) or TaskStats(
-                name, 0, 0, 0, None, None, None, None, None, None, None
-            )
-            stats[name] = TaskStats(
-                **{
-                    **{f: getattr(base, f) for f in base.__dataclass_fields__},
-                    "queue": defaults.queue,
-                    "priority": defaults.priority,
-                    "max_attempts": defaults.max_attempts,
-                    "settings": {
-                        "lease_seconds": defaults.lease_seconds,
-                        "backoff": defaults.backoff,
-                        "callable": repr(task),
-                    },
-                }
-            )
-        return [stats[k] for k in sorted(stats)]
+    async def tasks(self) -> TaskOverview:
+        return await self._cached("tasks", self._tasks)
 
-    async def workers(self) -> list[dict[str, Any]]:
-        return await self._shared("workers", worker_rows)
+    async def _tasks(self) -> TaskOverview:
+        app = self.app
+        stats, infos, unknown = await asyncio.gather(
+            app.task_stats_async(since=TASK_STATS_WINDOW, sample=TASK_STATS_SAMPLE),
+            app.list_tasks_async(),
+            app.unknown_tasks_async(),
+        )
+        by_info = {i.name: i for i in infos}
+        by_unknown = {u.task: u for u in unknown}
+        names = sorted(set(stats) | set(by_info) | set(by_unknown) | set(app.tasks))
+        rows = [
+            TaskRow(n, stats.get(n), by_info.get(n), by_unknown.get(n), n in app.tasks)
+            for n in names
+        ]
+        starts = [s.window_start for s in stats.values() if s.window_start is not None]
+        start = min(starts) if starts else None
+        finished = sum(s.succeeded + s.dead + s.cancelled for s in stats.values())
+        return TaskOverview(rows, start, finished >= TASK_STATS_SAMPLE)
+
+    async def workers(self) -> list[WorkerInfo]:
+        return await self._cached("workers", self.app.list_workers_async)
 
     async def change_mark(self) -> tuple[Any, ...]:
         return await self.app.database.run_async(change_mark_op())

@@ -49,8 +49,9 @@ from pgqueue.dashboard.auth import (
 from pgqueue.dashboard.data import (
     COUNT_CAP,
     DEAD_GROUP_SAMPLE,
-    SAMPLE,
     SEARCH_WINDOW,
+    TASK_STATS_SAMPLE,
+    TASK_STATS_WINDOW,
     THROUGHPUT_SAMPLE,
     Data,
     JobFilter,
@@ -545,10 +546,18 @@ def create_app(
         return dash.render(request, "workers.html", workers=rows)
 
     async def tasks(request: Request) -> Response:
-        stats = await d.tasks()
+        overview = await d.tasks()
         if dash.wants_json(request):
-            return JSONResponse(_jsonable(stats))
-        return dash.render(request, "tasks.html", tasks=stats, sample=SAMPLE)
+            return JSONResponse(_jsonable(overview.as_json()))
+        return dash.render(
+            request,
+            "tasks.html",
+            tasks=overview.rows,
+            window_start=overview.window_start,
+            sampled=overview.sampled,
+            sample=TASK_STATS_SAMPLE,
+            window=TASK_STATS_WINDOW,
+        )
 
     async def metrics(request: Request) -> Response:
         # The database view of `pgqueue metrics` (capped counts, estimates beyond).

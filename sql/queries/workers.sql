@@ -18,12 +18,3 @@ SELECT {schema}.heartbeat_worker(
 -- name: worker_deregister
 -- Remove this worker's own row (a clean exit).
 SELECT {schema}.deregister_worker(%(worker_id)s, %(token)s);
-
--- name: worker_list
--- Registered workers with the age of their last heartbeat and running job count.
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat_at,
-       extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
-       (SELECT count(*) FROM {schema}.jobs j
-        WHERE j.status = 'running' AND j.worker_id = w.id) AS running
-FROM {schema}.workers w
-ORDER BY w.started_at;
