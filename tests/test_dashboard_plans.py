@@ -39,7 +39,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"jobs_finished_idx"},
     ),
-    ("dashboard_throughput", {"cap": 200_000}, {"jobs_finished_idx"}),
+    ("dashboard_throughput", {"per_minute": 250}, {"jobs_finished_idx"}),
     (
         "dashboard_job_list",
         {

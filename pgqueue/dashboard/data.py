@@ -266,33 +266,27 @@ def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
     return out
 
 
-THROUGHPUT_SAMPLE = 20_000
-"""Newest finished jobs per outcome the throughput chart counts at most."""
+THROUGHPUT_PER_MINUTE = 250
+"""Finished jobs per minute and outcome the throughput chart counts; a busier
+minute is estimated from the rate of the first ones."""
 
 
-def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int | None, int | None]]]:
-    """(minute epoch, succeeded, dead) for each of the last 60 minutes; None
-    for minutes older than what the capped sample reaches (too busy to count
-    cheaply)."""
-    rows = yield Execute("dashboard_throughput", {"cap": THROUGHPUT_SAMPLE})
-    by_minute: dict[int, list[int]] = {}
-    seen = [0, 0]
-    oldest = [0, 0]  # per outcome: the oldest minute the sample reached
-    for minute, outcome, n in rows:
-        index = 0 if outcome == "succeeded" else 1
-        by_minute.setdefault(int(minute), [0, 0])[index] += int(n)
-        seen[index] += int(n)
-        oldest[index] = int(minute) if not oldest[index] else min(oldest[index], int(minute))
-    # A capped outcome is complete only after its oldest (partly read) minute.
-    floor = max((oldest[i] for i in (0, 1) if seen[i] >= THROUGHPUT_SAMPLE), default=0)
-    end = int((now or datetime.now().astimezone()).timestamp()) // 60 * 60
-    out: list[tuple[int, int | None, int | None]] = []
-    for m in range(end - 59 * 60, end + 60, 60):
-        if m <= floor:
-            out.append((m, None, None))
-        else:
-            ok, dead = by_minute.get(m, [0, 0])
-            out.append((m, ok, dead))
+def _per_minute(seen: int, span: float | None, seconds: float) -> tuple[int, bool]:
+    if seen < THROUGHPUT_PER_MINUTE:
+        return seen, False
+    # The first THROUGHPUT_PER_MINUTE jobs of the minute took ``span`` seconds.
+    return max(seen, round(seen * seconds / max(span or 0.0, 0.001))), True
+
+
+def throughput_op() -> Op[list[tuple[int, int, int, bool]]]:
+    """(minute epoch, succeeded, dead, estimated) for each of the last 60
+    minutes (the current one so far)."""
+    rows = yield Execute("dashboard_throughput", {"per_minute": THROUGHPUT_PER_MINUTE}, rows="dict")
+    out = []
+    for r in rows:
+        ok, ok_est = _per_minute(r["succeeded_seen"], r["succeeded_span"], r["seconds"])
+        dead, dead_est = _per_minute(r["dead_seen"], r["dead_span"], r["seconds"])
+        out.append((int(r["minute"]), ok, dead, ok_est or dead_est))
     return out
 
 
@@ -520,7 +514,7 @@ class Data:
         rows = await self._shared("queue_names", lambda: _rows_op("dashboard_queue_names"))
         return [r[0] for r in rows]
 
-    async def throughput(self) -> list[tuple[int, int | None, int | None]]:
+    async def throughput(self) -> list[tuple[int, int, int, bool]]:
         return await self._shared("throughput", throughput_op)
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
