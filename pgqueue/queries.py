@@ -37,6 +37,7 @@ QueryName = Literal[
     "job_replay",
     "job_requeue_dead",
     "queue_metrics",
+    "queue_status_sample",
     "job_wait_context",
     "queue_set_paused",
     "queue_set_limits",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pgqueue import validation
@@ -139,21 +140,63 @@ def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
     return f"{limit}/{period_seconds:g}s"
 
 
-def metrics(queue: str | None = None) -> Op[dict[str, QueueMetrics]]:
-    """Per-queue counts, keyed by queue name."""
-    return _metrics(validation.queue_name(queue) if queue is not None else None)
+#: Counts of ``metrics()`` are exact below this; a queue's queued or running
+#: count stops here (``pgqueue status`` shows "10,000+"), and the other
+#: statuses past it are estimates (shown as "≈N"): no statement reads more
+#: than this many rows per status however big the table grows.
+METRICS_CAP = 10_000
 
 
-def _metrics(queue: str | None) -> Op[dict[str, QueueMetrics]]:
-    rows = yield Execute("queue_metrics", {"queue": queue}, rows="dict")
+def metrics(queue: str | None = None, cap: int = METRICS_CAP) -> Op[dict[str, QueueMetrics]]:
+    """Per-queue counts, keyed by queue name (exact below ``cap``)."""
+    return _metrics(validation.queue_name(queue) if queue is not None else None, cap)
+
+
+def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
+    rows = yield Execute("queue_metrics", {"queue": queue, "cap": cap}, rows="dict")
+    if not rows:
+        return {}
+    sample = yield Execute("queue_status_sample", {"cap": cap}, rows="dict")
+    seen: dict[str, int] = {}
+    oldest: dict[str, datetime] = {}
+    newest: dict[str, datetime] = {}
+    for r in sample:
+        kind = "scheduled" if r["status"] == "due" else r["status"]
+        seen[kind] = seen.get(kind, 0) + r["n"]
+        if r["oldest"] is not None and (kind not in oldest or r["oldest"] < oldest[kind]):
+            oldest[kind] = r["oldest"]
+        if r["newest"] is not None and (kind not in newest or r["newest"] > newest[kind]):
+            newest[kind] = r["newest"]
+    # A status whose sample stopped at the cap: scale its per-queue shares to
+    # an estimate of the whole (the planner's statistics; for succeeded in
+    # the last hour, the rate at which the sampled ones finished).
+    scale = {kind: 1.0 for kind in seen}
+    capped = [kind for kind, n in seen.items() if n >= cap]
+    if capped:
+        stats = yield Execute("metrics_status_estimates", {})
+        estimates = {status: int(n) for status, n in stats}
+        for kind in capped:
+            if kind == "succeeded" and kind in oldest:
+                # The sampled jobs finished at some rate between the oldest
+                # and newest of them; the rest of the hour, at that rate.
+                span = (newest[kind] - oldest[kind]).total_seconds()
+                rest = 3600.0 - (datetime.now(UTC) - oldest[kind]).total_seconds()
+                total = seen[kind] * (1.0 + max(rest, 0.0) / max(span, 0.001))
+            else:
+                total = float(estimates.get(kind, 0))
+            scale[kind] = max(1.0, total / seen[kind])
+    counts: dict[tuple[str, str], int] = {}
+    for r in sample:
+        kind = "scheduled" if r["status"] == "due" else r["status"]
+        counts[(r["queue"], r["status"])] = round(r["n"] * scale[kind])
     return {
         r["queue"]: QueueMetrics(
-            queued=r["queued"],
-            scheduled=r["scheduled"],
+            queued=r["queued"] + counts.get((r["queue"], "due"), 0),
+            scheduled=counts.get((r["queue"], "scheduled"), 0),
             running=r["running"],
-            succeeded=r["succeeded"],
-            dead=r["dead"],
-            cancelled=r["cancelled"],
+            succeeded=counts.get((r["queue"], "succeeded"), 0),
+            dead=counts.get((r["queue"], "dead"), 0),
+            cancelled=counts.get((r["queue"], "cancelled"), 0),
             oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
             paused=r["paused"],
             concurrency_limit=r["concurrency_limit"],

@@ -93,7 +93,7 @@ def collect(
 ) -> Op[QueueView]:
     """Read the view (a handful of bounded statements)."""
     live = yield Execute("metrics_queue_live", {"cap": cap}, rows="dict")
-    rows = yield Execute("metrics_status_estimates", {"schema": ctx.schema})
+    rows = yield Execute("metrics_status_estimates", {})
     estimates: dict[str, int] = {status: n for status, n in rows}
     # Far past the cap: a small sample gives the shares, the planner the total.
     caps = {

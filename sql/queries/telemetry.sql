@@ -58,8 +58,9 @@ GROUP BY s.status, s.queue;
 -- ANALYZE statistics; empty before the first ANALYZE).
 SELECT v.status, round(c.reltuples * v.freq)::bigint AS estimate
 FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_stats s
-  ON s.schemaname = %(schema)s AND s.tablename = 'jobs' AND s.attname = 'status'
+  ON s.schemaname = n.nspname AND s.tablename = 'jobs' AND s.attname = 'status'
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
 WHERE c.oid = '{schema}.jobs'::regclass AND c.reltuples > 0;
 
