@@ -116,12 +116,6 @@ QueryName = Literal[
     "doctor_backend",
     "doctor_archive_backlog",
     # sql/queries/dashboard.sql
-    "dashboard_queues",
-    "dashboard_status_sample",
-    "dashboard_estimate_scheduled",
-    "dashboard_estimate_dead",
-    "dashboard_estimate_cancelled",
-    "dashboard_estimate_succeeded",
     "dashboard_throughput",
     "dashboard_job_list",
     "dashboard_job_search",

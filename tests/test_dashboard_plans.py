@@ -16,12 +16,13 @@ from tests.test_query_plan import plan_nodes
 NOW = datetime.now(UTC)
 
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
-    ("dashboard_queues", {"cap": 10_001}, {"jobs_ready_idx", "jobs_running_idx"}),
+    # Overview and queues: app.metrics()'s statements.
+    ("queue_metrics", {"cap": 10_000, "queue": None}, {"jobs_ready_idx", "jobs_running_idx"}),
     (
-        "dashboard_status_sample",
+        "queue_status_sample",
         {
-            "cap_scheduled": 10_001,
-            "cap_dead": 10_001,
+            "cap_scheduled": 10_000,
+            "cap_dead": 10_000,
             "cap_cancelled": 1_000,
             "cap_succeeded": 1_000,
         },

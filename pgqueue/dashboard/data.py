@@ -23,7 +23,14 @@ from pgqueue import validation
 from pgqueue.errors import InvalidOption
 from pgqueue.models import Job, JobStatus, TaskInfo, TaskStats, UnknownTaskJobs, WorkerInfo
 from pgqueue.ops import Execute, Op
-from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
+from pgqueue.ops.inspect import (
+    _STORED,
+    QueueCounts,
+    decode_cursor,
+    encode_cursor,
+    job_from_row,
+    queue_counts,
+)
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -42,8 +49,6 @@ window starts later on a busy system; the page says so)."""
 DEAD_GROUP_SAMPLE = 2_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
-SHARE_SAMPLE = 1_000
-"""Rows sampled for per-queue shares of a status the planner expects to be huge."""
 
 CountKind = Literal["exact", "capped", "estimate"]
 
@@ -192,78 +197,33 @@ def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
     return f"{limit}/{period_seconds:g}s"
 
 
-_ESTIMATES: dict[str, Any] = {
-    "scheduled": "dashboard_estimate_scheduled",
-    "dead": "dashboard_estimate_dead",
-    "cancelled": "dashboard_estimate_cancelled",
-    "succeeded": "dashboard_estimate_succeeded",
-}
-
-
-def _plan_rows(document: Any) -> int:
-    if isinstance(document, str):
-        document = json.loads(document)
-    return int(document[0]["Plan"]["Plan Rows"])
-
-
 def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
-    """Every queue with its (capped or estimated) counts and controls;
-    ``finished=False`` leaves the scheduled and finished counts at zero (the
-    queues page shows only what is live)."""
-    cap = COUNT_CAP + 1
-    rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
-    estimates: dict[str, int] = {}
-    caps: dict[str, int] = {}
-    for status, query in _ESTIMATES.items():
-        if not finished:
-            caps[status] = 0
-            continue
-        plan = yield Execute(query, {}, fetch="one")
-        estimates[status] = _plan_rows(plan[0])
-        # Far past the cap: a small sample gives the shares, the planner the total.
-        caps[status] = SHARE_SAMPLE if estimates[status] > 4 * COUNT_CAP else cap
-    sample = (
-        (
-            yield Execute(
-                "dashboard_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
-            )
+    """Every queue with its (capped or estimated) counts and controls, as
+    ``app.metrics()`` counts them; ``finished=False`` leaves the scheduled
+    and finished counts at zero (the queues page shows only what is live)."""
+    found = yield from queue_counts(None, COUNT_CAP, finished)
+
+    def count(q: QueueCounts, status: str) -> Count:
+        if status in q.capped:
+            return Count(COUNT_CAP, "capped")
+        return Count(q.counts[status], "estimate" if status in q.estimated else "exact")
+
+    return [
+        QueueRow(
+            queue=q.queue,
+            queued=count(q, "queued"),
+            scheduled=count(q, "scheduled"),
+            running=count(q, "running"),
+            succeeded=count(q, "succeeded"),
+            dead=count(q, "dead"),
+            cancelled=count(q, "cancelled"),
+            oldest_ready_age_seconds=q.row["oldest_ready_age_seconds"],
+            paused=q.row["paused"],
+            concurrency_limit=q.row["concurrency_limit"],
+            rate_limit=_rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
         )
-        if finished
-        else []
-    )
-    per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
-    for r in sample:
-        per_status[r["status"]][r["queue"]] = int(r["n"])
-    counts: dict[str, dict[str, Count]] = {}
-    for status, by_queue in per_status.items():
-        seen = sum(by_queue.values())
-        if not finished or seen < caps[status]:
-            counts[status] = {q: Count(n) for q, n in by_queue.items()}
-            continue
-        # The sample was cut off: the planner's total, shared out as sampled.
-        total = max(estimates[status], seen)
-        counts[status] = {
-            q: Count(round(total * n / seen), "estimate") for q, n in by_queue.items()
-        }
-    out = []
-    for r in rows:
-        name = r["queue"]
-        out.append(
-            QueueRow(
-                queue=name,
-                queued=_capped(r["queued"]),
-                scheduled=counts["scheduled"].get(name, Count(0)),
-                running=_capped(r["running"]),
-                succeeded=counts["succeeded"].get(name, Count(0)),
-                dead=counts["dead"].get(name, Count(0)),
-                cancelled=counts["cancelled"].get(name, Count(0)),
-                oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
-                paused=r["paused"],
-                concurrency_limit=r["concurrency_limit"],
-                rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
-            )
-        )
-    return out
+        for q in found[:1000]
+    ]
 
 
 THROUGHPUT_PER_MINUTE = 250

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -145,18 +146,48 @@ def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
 #: statuses past it are estimates (shown as "≈N"): no statement reads more
 #: than this many rows per status however big the table grows.
 METRICS_CAP = 10_000
+#: Rows read for the per-queue shares of a status the planner puts far past
+#: the cap (its total then comes from the statistics or the sampled rate).
+SHARE_SAMPLE = 1_000
+_SAMPLED = ("scheduled", "succeeded", "dead", "cancelled")
 
 
-def metrics(queue: str | None = None, cap: int = METRICS_CAP) -> Op[dict[str, QueueMetrics]]:
-    """Per-queue counts, keyed by queue name (exact below ``cap``)."""
-    return _metrics(validation.queue_name(queue) if queue is not None else None, cap)
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """One queue's counts (``QueueMetrics`` fields) before they become
+    ``QueueMetrics``: which stopped at the cap and which are estimates, and
+    the queue's controls (``row``). Shared by ``metrics()`` and the dashboard."""
+
+    queue: str
+    counts: dict[str, int]
+    capped: frozenset[str]
+    estimated: frozenset[str]
+    row: dict[str, Any]
 
 
-def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
+def queue_counts(
+    queue: str | None = None, cap: int = METRICS_CAP, finished: bool = True
+) -> Op[list[QueueCounts]]:
+    """Every queue's (or one queue's) counts, bounded: queued and running
+    stop at ``cap`` (index ranges of queue-led partial indexes); the other
+    statuses come from one sample of at most ``cap`` rows each (fewer where
+    the planner expects far more), scaled to an estimate when it was cut
+    off. ``finished=False``: only the live counts (the others stay 0)."""
     rows = yield Execute("queue_metrics", {"queue": queue, "cap": cap}, rows="dict")
     if not rows:
-        return {}
-    sample = yield Execute("queue_status_sample", {"cap": cap}, rows="dict")
+        return []
+    estimates: dict[str, int] = {}
+    sample: list[dict[str, Any]] = []
+    caps = dict.fromkeys(_SAMPLED, cap)
+    if finished:
+        stats = yield Execute("metrics_status_estimates", {})
+        estimates = {status: int(n) for status, n in stats}
+        for status in _SAMPLED:
+            if estimates.get(status, 0) > 4 * cap > SHARE_SAMPLE:
+                caps[status] = SHARE_SAMPLE
+        sample = yield Execute(
+            "queue_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
+        )
     seen: dict[str, int] = {}
     oldest: dict[str, datetime] = {}
     newest: dict[str, datetime] = {}
@@ -167,42 +198,69 @@ def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
             oldest[kind] = r["oldest"]
         if r["newest"] is not None and (kind not in newest or r["newest"] > newest[kind]):
             newest[kind] = r["newest"]
-    # A status whose sample stopped at the cap: scale its per-queue shares to
+    # A status whose sample stopped at its cap: scale its per-queue shares to
     # an estimate of the whole (the planner's statistics; for succeeded in
-    # the last hour, the rate at which the sampled ones finished).
-    scale = {kind: 1.0 for kind in seen}
-    capped = [kind for kind, n in seen.items() if n >= cap]
-    if capped:
-        stats = yield Execute("metrics_status_estimates", {})
-        estimates = {status: int(n) for status, n in stats}
-        for kind in capped:
-            if kind == "succeeded" and kind in oldest:
-                # The sampled jobs finished at some rate between the oldest
-                # and newest of them; the rest of the hour, at that rate.
-                span = (newest[kind] - oldest[kind]).total_seconds()
-                rest = 3600.0 - (datetime.now(UTC) - oldest[kind]).total_seconds()
-                total = seen[kind] * (1.0 + max(rest, 0.0) / max(span, 0.001))
-            else:
-                total = float(estimates.get(kind, 0))
-            scale[kind] = max(1.0, total / seen[kind])
+    # the last hour, the rate at which the sampled jobs finished).
+    scale: dict[str, float] = {}
+    for kind, n in seen.items():
+        if n < caps[kind]:
+            continue
+        if kind == "succeeded" and kind in oldest:
+            span = (newest[kind] - oldest[kind]).total_seconds()
+            rest = 3600.0 - (datetime.now(UTC) - oldest[kind]).total_seconds()
+            total = n * (1.0 + max(rest, 0.0) / max(span, 0.001))
+        else:
+            total = float(estimates.get(kind, 0))
+        if total > n:
+            scale[kind] = total / n
     counts: dict[tuple[str, str], int] = {}
+    estimated: dict[str, set[str]] = {}
     for r in sample:
         kind = "scheduled" if r["status"] == "due" else r["status"]
-        counts[(r["queue"], r["status"])] = round(r["n"] * scale[kind])
-    return {
-        r["queue"]: QueueMetrics(
-            queued=r["queued"] + counts.get((r["queue"], "due"), 0),
-            scheduled=counts.get((r["queue"], "scheduled"), 0),
-            running=r["running"],
-            succeeded=counts.get((r["queue"], "succeeded"), 0),
-            dead=counts.get((r["queue"], "dead"), 0),
-            cancelled=counts.get((r["queue"], "cancelled"), 0),
-            oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
-            paused=r["paused"],
-            concurrency_limit=r["concurrency_limit"],
-            rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
+        factor = scale.get(kind, 1.0)
+        counts[(r["queue"], r["status"])] = round(r["n"] * factor)
+        if kind in scale:
+            estimated.setdefault(r["queue"], set()).add(
+                "queued" if r["status"] == "due" else r["status"]
+            )
+    out = []
+    for r in rows:
+        name = r["queue"]
+        out.append(
+            QueueCounts(
+                queue=name,
+                counts={
+                    "queued": r["queued"] + counts.get((name, "due"), 0),
+                    "scheduled": counts.get((name, "scheduled"), 0),
+                    "running": r["running"],
+                    "succeeded": counts.get((name, "succeeded"), 0),
+                    "dead": counts.get((name, "dead"), 0),
+                    "cancelled": counts.get((name, "cancelled"), 0),
+                },
+                capped=frozenset(s for s in ("queued", "running") if r[s] >= cap),
+                estimated=frozenset(estimated.get(name, ())),
+                row=r,
+            )
         )
-        for r in rows
+    return out
+
+
+def metrics(queue: str | None = None, cap: int = METRICS_CAP) -> Op[dict[str, QueueMetrics]]:
+    """Per-queue counts, keyed by queue name (exact below ``cap``)."""
+    return _metrics(validation.queue_name(queue) if queue is not None else None, cap)
+
+
+def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
+    found = yield from queue_counts(queue, cap)
+    return {
+        q.queue: QueueMetrics(
+            **q.counts,
+            oldest_ready_age_seconds=q.row["oldest_ready_age_seconds"],
+            paused=q.row["paused"],
+            concurrency_limit=q.row["concurrency_limit"],
+            rate_limit=_rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
+        )
+        for q in found
     }
 
 

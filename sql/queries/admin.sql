@@ -161,25 +161,27 @@ WHERE %(queue)s::text IS NULL OR q.name = %(queue)s::text
 ORDER BY q.name;
 
 -- name: queue_status_sample
--- Up to %(cap)s jobs of each other status (scheduled split into due and
--- future, succeeded in the last hour), newest first through one partial
--- index each, counted by queue; "oldest" and "newest" bound the finishes
--- (or run_at) the sample reached, from which a capped count is extrapolated.
+-- Up to cap_<status> jobs of each other status (scheduled split into due
+-- and future, succeeded in the last hour), newest first through one partial
+-- index each, counted by queue; "oldest" and "newest" bound the finishes (or
+-- run_at) the sample reached, from which a capped count is extrapolated. The
+-- caller passes a small cap where the planner expects far more rows than
+-- the cap: those rows only give the per-queue shares of an estimate.
 SELECT s.status, s.queue, count(*)::bigint AS n, min(s.at) AS oldest, max(s.at) AS newest
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'due' ELSE 'scheduled' END AS status, j.queue,
             j.run_at AS at
-     FROM {schema}.jobs j WHERE j.status = 'scheduled' ORDER BY j.run_at LIMIT %(cap)s)
+     FROM {schema}.jobs j WHERE j.status = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
     (SELECT 'succeeded', j.queue, j.finished_at FROM {schema}.jobs j
      WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
-     ORDER BY j.finished_at DESC LIMIT %(cap)s)
+     ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
     (SELECT 'dead', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.status = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap)s)
+     WHERE j.status = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
     (SELECT 'cancelled', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.status = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap)s)
+     WHERE j.status = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;
 
