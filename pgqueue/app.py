@@ -1013,22 +1013,22 @@ class App:
 
     # --- telemetry: database view, doctor -------------------------------------------
 
-    def queue_view(self, cap: int = 100_000) -> QueueView:
+    def queue_view(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Jobs per queue and status (exact up to ``cap``, estimated beyond),
         oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
         return self.database.run(database_view.collect(self.op_context, cap))
 
-    async def queue_view_async(self, cap: int = 100_000) -> QueueView:
+    async def queue_view_async(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Async twin of :meth:`queue_view`."""
         return await self.database.run_async(database_view.collect(self.op_context, cap))
 
-    def metrics_text(self, cap: int = 100_000) -> str:
+    def metrics_text(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
         ``pgqueue_queue_oldest_ready_age_seconds{queue}``, ``pgqueue_queue_paused{queue}``,
         ``pgqueue_workers_alive`` (serve it at ``/metrics``)."""
         return self.queue_view(cap).prometheus_text()
 
-    async def metrics_text_async(self, cap: int = 100_000) -> str:
+    async def metrics_text_async(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """Async twin of :meth:`metrics_text`."""
         return (await self.queue_view_async(cap)).prometheus_text()
 

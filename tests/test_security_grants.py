@@ -512,7 +512,7 @@ def test_a_worker_role_writes_only_its_own_worker_row(
     with psycopg.connect(mine.dsn, autocommit=True) as conn:
         # Another worker's row: no heartbeat, no re-registration, no removal.
         assert _register(conn, "w-other", my_token, "heartbeat") is False
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="another worker process"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="another worker process"):
             _register(conn, "w-other", my_token)
         assert conn.execute(
             "SELECT pgqueue.deregister_worker('w-other', %s)", (my_token,)

@@ -105,8 +105,9 @@ BEGIN
     WHERE w.token_hash = EXCLUDED.token_hash;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n = 0 THEN
-        RAISE EXCEPTION 'pgqueue: worker id % is registered by another worker process', p_worker_id
-            USING ERRCODE = '42501', HINT = 'give this worker another worker_id';
+        -- 22023 like every other refused input: the caller's error names it.
+        RAISE EXCEPTION 'pgqueue: worker id % is registered by another worker process: give this worker another worker_id', p_worker_id
+            USING ERRCODE = '22023';
     END IF;
 END;
 $$;
