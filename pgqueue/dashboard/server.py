@@ -128,6 +128,9 @@ def _percent(value: float | None) -> str:
 def _secs(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
+    # A wait can come out below zero only from rows written by hand (a job
+    # started before its run_at): show it as none.
+    value = max(0.0, float(value))
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return fmt_span(value)
