@@ -1,9 +1,10 @@
 """Everything the dashboard reads from the database, in one place.
 
 Each read is bounded however large the jobs table grows: counts stop at
-:data:`COUNT_CAP` (beyond it the planner's estimate is shown, marked
-approximate), lists are keyset pages through an index, aggregates sample the
-newest rows of one partial index. The statements live in
+:data:`COUNT_CAP` (beyond it an estimate is shown, marked approximate: the
+counting of ``app.metrics()``, :func:`pgqueue.ops.inspect.queue_counts`),
+lists are keyset pages through an index, aggregates sample the newest rows
+of one partial index. The statements live in
 ``sql/queries/dashboard.sql``; the public App methods are used wherever one
 already does the job (job detail, explain, schedules, workers, the task
 registry and its statistics).
@@ -43,7 +44,7 @@ SEARCH_WINDOW = 5_000
 """Rows a free-text search page reads at most (newest ids first)."""
 TASK_STATS_WINDOW = "24h"
 """The window of the tasks page's statistics (``pgqueue task stats`` default)."""
-TASK_STATS_SAMPLE = 5_000
+TASK_STATS_SAMPLE = 2_000
 """At most this many of the newest finished jobs are in that window (the
 window starts later on a busy system; the page says so)."""
 DEAD_GROUP_SAMPLE = 2_000
@@ -73,10 +74,6 @@ def _short(value: int) -> str:
         if value >= size:
             return f"{value / size:.1f}{unit}".replace(".0", "")
     return str(value)
-
-
-def _capped(value: int) -> Count:
-    return Count(COUNT_CAP, "capped") if value > COUNT_CAP else Count(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +223,7 @@ def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
     ]
 
 
-THROUGHPUT_PER_MINUTE = 250
+THROUGHPUT_PER_MINUTE = 100
 """Finished jobs per minute and outcome the throughput chart counts; a busier
 minute is estimated from the rate of the first ones."""
 
