@@ -963,17 +963,28 @@ class App:
         return await self.database.run_async(task_ops.list_tasks())
 
     def task_stats(
-        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+        self,
+        task: str | None = None,
+        since: datetime | timedelta | str | float | None = None,
+        *,
+        sample: int | None = None,
     ) -> dict[str, TaskStats]:
         """Run statistics per task for jobs and attempts finished since
-        ``since`` (a datetime, or an age such as ``"1h"``; default 24 h)."""
-        return self.database.run(task_ops.task_stats(task, since))
+        ``since`` (a datetime, or an age such as ``"1h"``; default 24 h).
+        ``sample``: when more jobs than that finished in the window, start it
+        at the finish of the ``sample``-th newest instead (bounded cost on a
+        busy system; each TaskStats' ``window_start`` says where it began)."""
+        return self.database.run(task_ops.task_stats(task, since, sample=sample))
 
     async def task_stats_async(
-        self, task: str | None = None, since: datetime | timedelta | str | float | None = None
+        self,
+        task: str | None = None,
+        since: datetime | timedelta | str | float | None = None,
+        *,
+        sample: int | None = None,
     ) -> dict[str, TaskStats]:
         """Async twin of :meth:`task_stats`."""
-        return await self.database.run_async(task_ops.task_stats(task, since))
+        return await self.database.run_async(task_ops.task_stats(task, since, sample=sample))
 
     def unknown_tasks(self) -> list[UnknownTaskJobs]:
         """Tasks of waiting jobs that no live worker knows (status, doctor)."""
@@ -1002,22 +1013,22 @@ class App:
 
     # --- telemetry: database view, doctor -------------------------------------------
 
-    def queue_view(self, cap: int = 100_000) -> QueueView:
+    def queue_view(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Jobs per queue and status (exact up to ``cap``, estimated beyond),
         oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
         return self.database.run(database_view.collect(self.op_context, cap))
 
-    async def queue_view_async(self, cap: int = 100_000) -> QueueView:
+    async def queue_view_async(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Async twin of :meth:`queue_view`."""
         return await self.database.run_async(database_view.collect(self.op_context, cap))
 
-    def metrics_text(self, cap: int = 100_000) -> str:
+    def metrics_text(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
         ``pgqueue_queue_oldest_ready_age_seconds{queue}``, ``pgqueue_queue_paused{queue}``,
         ``pgqueue_workers_alive`` (serve it at ``/metrics``)."""
         return self.queue_view(cap).prometheus_text()
 
-    async def metrics_text_async(self, cap: int = 100_000) -> str:
+    async def metrics_text_async(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """Async twin of :meth:`metrics_text`."""
         return (await self.queue_view_async(cap)).prometheus_text()
 

@@ -324,7 +324,7 @@ async def _configure_pooled_async(conn: psycopg.AsyncConnection[Any]) -> None:
 # before autovacuum saw a sudden backlog) and scan the whole table. Custom
 # plans cost 0.02-0.3 ms per statement; the two functions on the latency path
 # (lease_jobs, enqueue_batch) cache plans whose shape they pin (migration 0004).
-_SESSION_SETUP = "SET plan_cache_mode = force_custom_plan"
+_SESSION_SETUP = "SET plan_cache_mode = force_custom_plan; SET jit = off"
 
 
 def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

@@ -12,10 +12,12 @@ Three kinds, each a superset of the one before:
     API (``lease``, ``ack``, ``ack_many``, ``fail``, ``nack``, ``extend``) do,
     all through SECURITY DEFINER functions fenced by attempt id: it may only
     lease, complete, fail, extend and release jobs it holds, reap expired
-    leases, register itself, fire due schedules and register ``@app.periodic``
-    ones (never rewrite an operator's schedule), publish its tasks to the
-    task registry and read the live task settings. No write privilege on any
-    job table: it cannot cancel, requeue, forge a result, archive or prune,
+    leases, register itself (its own row only: registration, heartbeat and
+    deregistration are fenced by a per-process secret), fire due schedules
+    and register ``@app.periodic`` ones (never rewrite an operator's
+    schedule), publish its tasks to the task registry and read the live
+    task settings. No write privilege on any table (workers included): it
+    cannot cancel, requeue, forge a result, archive or prune,
     nor change a task's settings or limits.
 ``admin``
     Every privilege on every object of the schema (cancel, requeue, archive,
@@ -75,9 +77,9 @@ _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The worker's "when is the next job due" and the scheduler's "what is due".
-    ("SELECT", ("queues", "queue_lease_log", "schedules", "limits")),
-    # Its own registration and heartbeats (bookkeeping, not a hot table).
-    ("SELECT, INSERT, UPDATE, DELETE", ("workers",)),
+    # Its own registration goes through register_worker & co. (0013), which
+    # write only the row whose secret the caller presents.
+    ("SELECT", ("queues", "queue_lease_log", "schedules", "limits", "workers")),
     # Task registry (0006): the worker's cache of live task settings and the
     # registry it publishes to (through publish_tasks). Limited tasks' rows are
     # locked and their leases logged inside lease_jobs (SECURITY DEFINER).
@@ -95,6 +97,10 @@ _WORKER_FUNCTIONS = (
     "reap_jobs",
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
+    # Its own registration, heartbeat and deregistration, and the reaper's
+    # bookkeeping of silent workers (0013).
+    "register_worker", "heartbeat_worker", "deregister_worker", "mark_lost_workers",
+    "prune_lost_workers",
     # The SQL worker API.
     "lease", "ack", "ack_many", "fail", "nack", "extend",
 )  # fmt: skip

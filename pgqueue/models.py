@@ -235,7 +235,8 @@ class TaskStats:
     jobs that succeeded, attempts that failed, jobs dead-lettered or
     cancelled, failed attempts that were retried, duration (last attempt's
     start to finish) and wait (run_at to the last attempt's start) in seconds,
-    and the latest error."""
+    and the latest error. ``window_start``: where the window began (later
+    than asked when ``task_stats(sample=)`` bounded it)."""
 
     task: str
     runs: int
@@ -251,13 +252,15 @@ class TaskStats:
     wait_p95: float | None
     wait_max: float | None
     last_error: str | None
+    window_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A registered worker: ``state`` is ``"alive"``, ``"stale"`` (heartbeat
     late) or ``"lost"`` (declared lost at ``lost_at``); ``running`` counts the
-    jobs it still holds."""
+    jobs it still holds; ``version`` is its pgqueue version (None: registered
+    by a pgqueue older than schema revision 0013)."""
 
     id: str
     host: str
@@ -271,6 +274,7 @@ class WorkerInfo:
     heartbeat_age_seconds: float
     state: str
     running: int
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 __version__ = "0.1.0"
 
 #: The Alembic head revision this code expects (checked by tests against migrations/).
-#: 0011 (lean lease) runs after 0006 (task registry), which runs after 0010
-#: (chain: 0004, 0007, 0009, 0005, 0008, 0010, 0006, 0011).
-SCHEMA_REVISION = "0011"
+#: Chain: 0001, 0002, 0003, 0004, 0007, 0009, 0005, 0008, 0010, 0006, 0011
+#: (lean lease), 0013 (worker identity). Numbers were assigned when the work
+#: was split; the chain is linear.
+SCHEMA_REVISION = "0013"

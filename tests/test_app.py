@@ -15,6 +15,7 @@ from tests.fixtures.factory import JobFactory
 
 UNREACHABLE_DSN = "postgresql://postgres@127.0.0.1:1/x"
 
+
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -12,8 +12,10 @@ import pytest
 import structlog
 
 import pgqueue
+from tests.cli_support import run_json
 from tests.dashboard_support import TOKEN, client, csrf, login, seed, status_of
 from tests.fixtures.factory import JobFactory
+from tests.fixtures.workers import Workers, wait_until
 
 PAGES = ("/", "/jobs", "/dead", "/queues", "/schedules", "/workers", "/tasks")
 
@@ -603,3 +605,40 @@ def test_cli_refuses_an_unusable_database_with_the_reason(db_dsn: str) -> None:
     assert result.returncode == 1
     assert "nothere" in result.stderr
     assert "migrate" in result.stderr
+
+
+def test_tasks_and_workers_pages_show_the_task_registry(
+    app: pgqueue.App, db_dsn: str, workers: Workers
+) -> None:
+    """/tasks: statistics, live settings, limits and unknown tasks from the
+    task registry; /workers: the registry's workers with their version. The
+    API answers with the CLI's --json shapes."""
+    worker = workers.spawn("--concurrency", "2", app="tests.apps.registry:app_without_mail")
+    worker.wait_registered()
+    app.set_task_limit("reg_mail", concurrency=3, rate="10/1m")
+    app.set_task_options("reg_mail", lease_seconds=120)
+    app.enqueue("reg_mail", {"to": "a@b.c"})
+    wait_until(app.unknown_tasks, 30.0, "the worker to hand back the unknown task", [worker])
+    with client(app, cache_ttl=0) as c:
+        page = c.get("/tasks").text
+        assert "reg_mail" in page
+        assert "unknown: 1 jobs waiting" in page
+        assert "concurrency 3, rate 10/60s" in page
+        api = c.get("/api/tasks").json()
+        assert [u["task"] for u in api["unknown_tasks"]] == ["reg_mail"]
+        listed = {t["name"]: t for t in api["tasks"]}
+        assert listed["reg_mail"]["settings"]["concurrency"] == 3
+        assert listed["reg_mail"]["settings"]["lease_seconds"] == 120
+        assert set(listed) == {t["name"] for t in run_json(db_dsn, "task", "list")}
+        assert set(api["stats"]) == set(run_json(db_dsn, "task", "stats"))
+
+        row = worker.wait_registered()
+        page = c.get("/workers").text
+        assert html.escape(row["id"]) in page
+        assert pgqueue.__version__ in page
+        served = c.get("/api/workers").json()
+        cli = run_json(db_dsn, "workers", "list")
+        assert [w["id"] for w in served] == [w["id"] for w in cli] == [row["id"]]
+        assert set(served[0]) == set(cli[0])
+        assert served[0]["version"] == pgqueue.__version__
+        assert served[0]["state"] == "alive"

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import pgqueue
 from tests.dashboard_support import TOKEN, seed
 from tests.fixtures.factory import JobFactory
 
@@ -119,6 +120,12 @@ def server(db_dsn: str) -> Iterator[str]:
 def test_dashboard_in_chromium(browser: Any, server: str, job_factory: JobFactory) -> None:
     ids = seed(job_factory)
     job_factory.insert_many(120, task="bulk.task", queue="bulk")
+    # A worker registered as pgqueue workers register (0013), for /workers.
+    job_factory.conn.execute(
+        "SELECT pgqueue.register_worker('web-1:4711:ab12cd', %s, 'web-1', 4711,"
+        " ARRAY['mail', 'reports'], 8, ARRAY['mail.send', 'report.build'], %s)",
+        ("s" * 48, pgqueue.__version__),
+    )
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1360, "height": 900})
     page.set_default_timeout(15_000)
@@ -151,6 +158,10 @@ def test_dashboard_in_chromium(browser: Any, server: str, job_factory: JobFactor
         assert response.status == 200, path
         assert page.locator("header .brand").inner_text() == "pgqueue"
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        if name == "workers":
+            row = page.locator("table#workers tbody tr").first.inner_text()
+            assert "web-1:4711:ab12cd" in row
+            assert pgqueue.__version__ in row
 
     # Filter: dead jobs of the mail queue only.
     page.goto(server + "/jobs")

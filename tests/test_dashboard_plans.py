@@ -4,7 +4,7 @@ sequential scan, on a table shaped like production (mostly finished jobs)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,12 +16,13 @@ from tests.test_query_plan import plan_nodes
 NOW = datetime.now(UTC)
 
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
-    ("dashboard_queues", {"cap": 10_001}, {"jobs_ready_idx", "jobs_running_idx"}),
+    # Overview and queues: app.metrics()'s statements.
+    ("queue_metrics", {"cap": 10_000, "queue": None}, {"jobs_ready_idx", "jobs_running_idx"}),
     (
-        "dashboard_status_sample",
+        "queue_status_sample",
         {
-            "cap_scheduled": 10_001,
-            "cap_dead": 10_001,
+            "cap_scheduled": 10_000,
+            "cap_dead": 10_000,
             "cap_cancelled": 1_000,
             "cap_succeeded": 1_000,
         },
@@ -39,7 +40,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"jobs_finished_idx"},
     ),
-    ("dashboard_throughput", {"cap": 200_000}, {"jobs_finished_idx"}),
+    ("dashboard_throughput", {"per_minute": 250}, {"jobs_finished_idx"}),
     (
         "dashboard_job_list",
         {
@@ -73,7 +74,10 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         {"task": "factory_task", "after_finished": NOW, "after_id": 10, "limit": 500},
         {"jobs_finished_idx"},
     ),
-    ("dashboard_task_stats", {"cap": 5_000}, {"jobs_finished_idx"}),
+    # The tasks page: task_stats(sample=) (the registry's statistics).
+    ("task_stats_window", {"since": NOW, "sample": 5_000}, {"jobs_finished_idx"}),
+    # ... then over the narrow window that task_stats_window found.
+    ("task_stats", {"since": NOW + timedelta(hours=1), "task": None}, {"jobs_finished_idx"}),
     ("dashboard_change_mark", {}, set()),
     ("dashboard_cancel_many", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
 ]

@@ -269,3 +269,64 @@ def test_clock_skew(app: pgqueue.App) -> None:
     assert "behind this machine's" in finding.summary
     assert finding.evidence["skew_seconds"] < -590
     assert "NTP" in finding.fix
+
+
+def test_jobs_of_a_task_no_live_worker_has(app: pgqueue.App, db_dsn: str, workers: Workers) -> None:
+    """A worker without the task hands its jobs back (within the grace):
+    the doctor names the task, how many jobs and how old, and the fix."""
+    assert by_check(app.doctor())["unknown_tasks"].severity == "ok"
+    old = workers.spawn("--concurrency", "2", app="tests.apps.registry:app_without_mail")
+    old.wait_registered()
+    job_id = app.enqueue("reg_mail", {"to": "a@b.c"}).job_id
+
+    def flagged() -> pgqueue.Finding | None:
+        finding = by_check(app.doctor())["unknown_tasks"]
+        return finding if finding.severity != "ok" else None
+
+    finding = wait_until(flagged, 30.0, "the doctor to flag the unknown task", [old])
+    assert finding.severity == "warn"
+    assert "reg_mail" in finding.summary
+    assert finding.evidence["tasks"][0]["task"] == "reg_mail"
+    assert finding.evidence["tasks"][0]["jobs"] == 1
+    assert "pgqueue jobs cancel --task reg_mail" in finding.fix
+    assert app.get_job(job_id).status in ("queued", "scheduled", "running")
+    # Past the grace it is an error.
+    findings = app.doctor(unknown_task_grace="0s")
+    assert by_check(findings)["unknown_tasks"].severity == "error"
+    assert exit_code(findings) == 2
+    result = cli_doctor(db_dsn, "--json")
+    assert '"check": "unknown_tasks"' in result.stdout
+    assert result.returncode >= 1, result.stdout + result.stderr
+
+
+def test_connections_in_use_toward_max_connections(app: pgqueue.App, db_dsn: str) -> None:
+    """Real sessions: a dozen idle connections of one application show up as
+    the heaviest user; with the warn threshold under the share they now take
+    (a throwaway setting: max_connections needs a restart), a warning."""
+    hogs = [psycopg.connect(db_dsn, application_name="conn-hog") for _ in range(12)]
+    try:
+        relaxed = by_check(app.doctor(connections_warn=2.0, connections_error=2.0))
+        assert relaxed["connections"].severity == "ok"
+        usable = (
+            relaxed["connections"].evidence["max_connections"]
+            - relaxed["connections"].evidence["reserved"]
+        )
+        in_use = relaxed["connections"].evidence["in_use"]
+        assert in_use >= 12
+        share = in_use / usable
+        finding = by_check(app.doctor(connections_warn=share * 0.5, connections_error=2.0))[
+            "connections"
+        ]
+        assert finding.severity == "warn"
+        heaviest = {t["application_name"]: t["connections"] for t in finding.evidence["top"]}
+        assert heaviest.get("conn-hog") == 12
+        assert "conn-hog" in finding.detail
+        assert "max_connections" in finding.fix
+        findings = app.doctor(connections_warn=share * 0.5, connections_error=share * 0.5)
+        assert by_check(findings)["connections"].severity == "error"
+        assert exit_code(findings) == 2
+    finally:
+        for conn in hogs:
+            conn.close()
+    after = by_check(app.doctor(connections_warn=2.0))["connections"]
+    assert "conn-hog" not in {t["application_name"] for t in after.evidence["top"]}

@@ -156,3 +156,22 @@ def test_cli_metrics(app: pgqueue.App, job_factory: JobFactory, db_dsn: str) -> 
     assert data["workers_alive"] == 0
     assert data["queues"][0]["queue"] == "cli"
     assert data["queues"][0]["jobs"]["queued"] == 1
+
+
+def test_queue_metrics_counts_stop_at_the_cap(app: pgqueue.App, job_factory: JobFactory) -> None:
+    """app.metrics() / pgqueue status: a queue's queued count stops at the
+    cap; a status past it is the planner's estimate shared out by queue."""
+    from pgqueue.ops import inspect
+
+    job_factory.insert_many(50, queue="big", status="dead", finished=True)
+    job_factory.insert_many(30, queue="big", status="queued")
+    job_factory.insert_many(2, queue="small", status="dead", finished=True)
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE pgqueue.jobs")
+    exact = app.metrics()
+    assert (exact["big"].queued, exact["big"].dead, exact["small"].dead) == (30, 50, 2)
+    capped = app.database.run(inspect.metrics(cap=10))
+    assert capped["big"].queued == 10
+    # The newest 10 dead jobs are shared out to the 52 the statistics count.
+    assert capped["big"].dead + capped["small"].dead == pytest.approx(52, abs=6)
+    assert capped["big"].dead > 10

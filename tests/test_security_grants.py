@@ -7,6 +7,7 @@ is refused, with the database unchanged after each refusal.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -230,6 +231,9 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         "lease", "ack", "ack_many", "fail", "nack", "extend", "job_status",
         # 0006: workers publish their tasks.
         "publish_tasks",
+        # 0013: workers write only their own registration; the reaper's bookkeeping.
+        "register_worker", "heartbeat_worker", "deregister_worker", "mark_lost_workers",
+        "prune_lost_workers",
         # 0010: the partitioned archive's functions create and drop tables as the owner.
         "archive_partitions_ensure", "archive_partitions_drop",
         "archive_partition_prepare", "archive_partition_switch",
@@ -477,6 +481,84 @@ def test_worker_role_uses_the_consumer_api_but_no_admin_operation(
         ],
         db_dsn,
     )
+
+
+def _register(
+    conn: psycopg.Connection[Any], worker_id: str, token: str, fn: str = "register"
+) -> Any:
+    row = conn.execute(
+        sql.SQL("SELECT pgqueue.{}(%s, %s, 'host-a', 4242, NULL, 4, ARRAY['t'], '9.9')").format(
+            sql.Identifier(f"{fn}_worker")
+        ),
+        (worker_id, token),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_a_worker_role_writes_only_its_own_worker_row(
+    db_dsn: str, roles: Roles, workers: Workers
+) -> None:
+    """#20: registration, heartbeat and deregistration go through definer
+    functions fenced by the worker process's secret (0013); the worker role
+    holds no write privilege on workers."""
+    mine, other = roles.create(db_dsn, kind="worker"), roles.create(db_dsn, kind="worker")
+    their_token, my_token = "b" * 48, "a" * 48
+    with psycopg.connect(other.dsn, autocommit=True) as conn:
+        _register(conn, "w-other", their_token)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgqueue.workers SET last_heartbeat_at = now() - interval '10 minutes'")
+    before = snapshot(db_dsn)
+    with psycopg.connect(mine.dsn, autocommit=True) as conn:
+        # Another worker's row: no heartbeat, no re-registration, no removal.
+        assert _register(conn, "w-other", my_token, "heartbeat") is False
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="another worker process"):
+            _register(conn, "w-other", my_token)
+        assert conn.execute(
+            "SELECT pgqueue.deregister_worker('w-other', %s)", (my_token,)
+        ).fetchone() == (False,)
+        # Declaring a live worker lost: refused below the alive window.
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="60 seconds"):
+            conn.execute("SELECT pgqueue.mark_lost_workers(0)")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="worker_id"):
+            _register(conn, "bad\nid", my_token)
+    refused_sql(
+        mine,
+        [
+            "INSERT INTO pgqueue.workers (id, host, pid, concurrency) VALUES ('x', 'h', 1, 1)",
+            "UPDATE pgqueue.workers SET last_heartbeat_at = now()",
+            "UPDATE pgqueue.workers SET tasks = ARRAY['evil'] WHERE id = 'w-other'",
+            "DELETE FROM pgqueue.workers WHERE id = 'w-other'",
+            "SELECT * FROM pgqueue.workers FOR UPDATE",
+        ],
+        db_dsn,
+    )
+    assert snapshot(db_dsn) == before
+
+    # Its own row: register, heartbeat, deregister.
+    with psycopg.connect(mine.dsn, autocommit=True) as conn:
+        _register(conn, "w-mine", my_token)
+        conn.execute("SELECT pg_sleep(0.01)")
+        assert _register(conn, "w-mine", my_token, "heartbeat") is True
+        row = conn.execute(
+            "SELECT version, host, pid, tasks, last_heartbeat_at > started_at FROM pgqueue.workers"
+            " WHERE id = 'w-mine'"
+        ).fetchone()
+        assert row == ("9.9", "host-a", 4242, ["t"], True)
+        assert conn.execute(
+            "SELECT pgqueue.deregister_worker('w-mine', %s)", (my_token,)
+        ).fetchone() == (True,)
+    assert scalar(db_dsn, "SELECT array_agg(id) FROM pgqueue.workers") == ["w-other"]
+
+    # A real worker as that role: registered with its version, gone after a clean exit.
+    worker = workers.spawn("--concurrency", "2", app="tests.apps.least_privilege:app", dsn=mine.dsn)
+    registered = worker.wait_registered()
+    assert registered["version"] == pgqueue.__version__
+    assert registered["token_hash"] is not None
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    assert worker.registration() is None
+    assert "ermission denied" not in worker.log_text()
 
 
 # --- admin ------------------------------------------------------------------------------

@@ -251,6 +251,16 @@ def test_task_stats_count_runs_outcomes_retries_and_durations(app: pgqueue.App) 
     assert failing.last_error == "ValueError: second"
     assert set(app.task_stats("stat_ok")) == {"stat_ok"}
     assert app.task_stats(since=datetime.now(UTC) + timedelta(hours=1)) == {}
+    # sample=: the window starts at the finish of the newest job only.
+    everything = app.task_stats()
+    newest = app.task_stats(sample=1)
+    assert sum(s.succeeded + s.dead for s in newest.values()) == 1
+    assert all(s.window_start is not None for s in newest.values())
+    assert min(s.window_start for s in newest.values()) > min(  # type: ignore[type-var]
+        s.window_start for s in everything.values()
+    )
+    since = datetime.now(UTC) - timedelta(days=1)
+    assert app.task_stats(since=since, sample=1000) == app.task_stats(since=since)
     assert len(ok) == 3
     assert bad
 

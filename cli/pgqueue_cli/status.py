@@ -12,6 +12,7 @@ from rich.table import Table
 
 import pgqueue
 from pgqueue.errors import InvalidDuration
+from pgqueue.ops.inspect import METRICS_CAP
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
 from pgqueue_cli.options import JsonOption
@@ -47,7 +48,9 @@ def status(
     """Show each queue: job counts, oldest ready job, pause state and limits.
 
     Columns: queued, scheduled, running, dead, succeeded in the last hour
-    (done/1h), age of the oldest ready job, paused, limits.
+    (done/1h), age of the oldest ready job, paused, limits. Counts are exact
+    below 10,000: a queued or running count stops there ("10,000+"), the
+    others are estimated past it ("≈52,300"; --json gives the numbers).
 
     An unknown --queue is an error. With --json: a list of QueueMetrics
     objects, each with a "queue" field.
@@ -102,11 +105,11 @@ def render(metrics: dict[str, pgqueue.QueueMetrics], title: str | None = None) -
         [
             (
                 name,
-                m.queued,
-                m.scheduled,
-                m.running,
-                m.dead,
-                m.succeeded,
+                count_text(m.queued),
+                count_text(m.scheduled),
+                count_text(m.running),
+                count_text(m.dead),
+                count_text(m.succeeded),
                 output.fmt_age(m.oldest_ready_age_seconds),
                 "PAUSED" if m.paused else "no",
                 limits_text(m),
@@ -114,6 +117,16 @@ def render(metrics: dict[str, pgqueue.QueueMetrics], title: str | None = None) -
             for name, m in metrics.items()
         ],
     )
+
+
+def count_text(value: int) -> str:
+    """Counts are exact below METRICS_CAP; a queued or running count stops at
+    it ("10,000+"); past it the other statuses are estimates ("≈52,300")."""
+    if value < METRICS_CAP:
+        return str(value)
+    if value == METRICS_CAP:
+        return f"{METRICS_CAP:,}+"
+    return f"≈{value:,}"
 
 
 def limits_text(m: pgqueue.QueueMetrics) -> str:

@@ -20,7 +20,7 @@ def metrics(
         typer.Option(
             help="Count jobs exactly up to this many per queue and status; estimate beyond.", min=1
         ),
-    ] = 100_000,
+    ] = 10_000,
     as_json: JsonOption = False,
 ) -> None:
     """Print queue depth by status, oldest ready age, paused and live workers.

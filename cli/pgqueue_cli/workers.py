@@ -20,10 +20,11 @@ app = typer.Typer(
 
 @app.command("list")
 def list_(as_json: JsonOption = False) -> None:
-    """List workers with their state, heartbeat age, tasks and running jobs.
+    """List workers with their state, heartbeat age, version, tasks and running jobs.
 
     With --json: a list of {id, host, pid, queues, concurrency, tasks,
-    started_at, last_heartbeat_at, lost_at, heartbeat_age_seconds, state, running}.
+    started_at, last_heartbeat_at, lost_at, heartbeat_age_seconds, state, running,
+    version}.
 
     Examples:
 
@@ -40,6 +41,7 @@ def list_(as_json: JsonOption = False) -> None:
             w.state,
             w.host,
             w.pid,
+            w.version or "-",
             output.fmt_age(w.heartbeat_age_seconds),
             output.fmt_time(w.lost_at) if w.lost_at else "-",
             w.running,
@@ -53,6 +55,7 @@ def list_(as_json: JsonOption = False) -> None:
         "state",
         "host",
         "pid",
+        "version",
         "heartbeat",
         "lost at",
         "running",

@@ -1,11 +1,13 @@
 """Everything the dashboard reads from the database, in one place.
 
 Each read is bounded however large the jobs table grows: counts stop at
-:data:`COUNT_CAP` (beyond it the planner's estimate is shown, marked
-approximate), lists are keyset pages through an index, aggregates sample the
-newest rows of one partial index. The statements live in
+:data:`COUNT_CAP` (beyond it an estimate is shown, marked approximate: the
+counting of ``app.metrics()``, :func:`pgqueue.ops.inspect.queue_counts`),
+lists are keyset pages through an index, aggregates sample the newest rows
+of one partial index. The statements live in
 ``sql/queries/dashboard.sql``; the public App methods are used wherever one
-already does the job (job detail, explain, schedules, workers).
+already does the job (job detail, explain, schedules, workers, the task
+registry and its statistics).
 """
 
 from __future__ import annotations
@@ -13,16 +15,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
-from pgqueue.models import Job, JobStatus
+from pgqueue.models import Job, JobStatus, TaskInfo, TaskStats, UnknownTaskJobs, WorkerInfo
 from pgqueue.ops import Execute, Op
-from pgqueue.ops.inspect import _STORED, decode_cursor, encode_cursor, job_from_row
+from pgqueue.ops.inspect import (
+    _STORED,
+    QueueCounts,
+    decode_cursor,
+    encode_cursor,
+    job_from_row,
+    queue_counts,
+)
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -33,13 +42,14 @@ COUNT_CAP = 10_000
 """Counts stop here; past it the dashboard shows "10,000+" or an estimate."""
 SEARCH_WINDOW = 5_000
 """Rows a free-text search page reads at most (newest ids first)."""
-SAMPLE = 2_000
-"""Newest finished jobs per outcome that task statistics are computed over."""
+TASK_STATS_WINDOW = "24h"
+"""The window of the tasks page's statistics (``pgqueue task stats`` default)."""
+TASK_STATS_SAMPLE = 2_000
+"""At most this many of the newest finished jobs are in that window (the
+window starts later on a busy system; the page says so)."""
 DEAD_GROUP_SAMPLE = 2_000
 """Newest dead jobs the dead-letter groups are computed over."""
 PAGE_SIZE = 50
-SHARE_SAMPLE = 1_000
-"""Rows sampled for per-queue shares of a status the planner expects to be huge."""
 
 CountKind = Literal["exact", "capped", "estimate"]
 
@@ -64,10 +74,6 @@ def _short(value: int) -> str:
         if value >= size:
             return f"{value / size:.1f}{unit}".replace(".0", "")
     return str(value)
-
-
-def _capped(value: int) -> Count:
-    return Count(COUNT_CAP, "capped") if value > COUNT_CAP else Count(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,24 +139,47 @@ class DeadGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskStats:
-    """Run statistics of one task over the newest finished jobs."""
+class TaskRow:
+    """One task on the tasks page: the registry's view of it
+    (:meth:`pgqueue.App.list_tasks`: declared defaults, live settings,
+    limits, live workers, running count), its run statistics
+    (:meth:`pgqueue.App.task_stats`) and, when no live worker knows it, its
+    waiting jobs (:meth:`pgqueue.App.unknown_tasks`)."""
 
     task: str
-    runs: int
-    succeeded: int
-    dead: int
-    success_rate: float | None
-    p50_duration_seconds: float | None
-    p95_duration_seconds: float | None
-    p50_wait_seconds: float | None
-    p95_wait_seconds: float | None
-    last_finished_at: datetime | None
-    last_error: str | None
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    stats: TaskStats | None
+    info: TaskInfo | None
+    unknown: UnknownTaskJobs | None
+    registered_here: bool
+
+    @property
+    def success_rate(self) -> float | None:
+        """Succeeded jobs over jobs that ended succeeded or dead."""
+        if self.stats is None:
+            return None
+        ended = self.stats.succeeded + self.stats.dead
+        return self.stats.succeeded / ended if ended else None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOverview:
+    """The tasks page: a row per task, where the statistics window began and
+    whether it was shortened to the newest :data:`TASK_STATS_SAMPLE` jobs."""
+
+    rows: list[TaskRow]
+    window_start: datetime | None
+    sampled: bool
+
+    def as_json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` shapes: ``task stats`` (a dict by task),
+        ``task list`` (a list) and the unknown tasks of ``status``."""
+        return {
+            "stats": {r.task: r.stats for r in self.rows if r.stats is not None},
+            "tasks": [r.info for r in self.rows if r.info is not None],
+            "unknown_tasks": [r.unknown for r in self.rows if r.unknown is not None],
+            "window_start": self.window_start,
+            "sampled": self.sampled,
+        }
 
 
 # --- operations (driven by App.database.run_async) ----------------------------
@@ -165,107 +194,56 @@ def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
     return f"{limit}/{period_seconds:g}s"
 
 
-_ESTIMATES: dict[str, Any] = {
-    "scheduled": "dashboard_estimate_scheduled",
-    "dead": "dashboard_estimate_dead",
-    "cancelled": "dashboard_estimate_cancelled",
-    "succeeded": "dashboard_estimate_succeeded",
-}
-
-
-def _plan_rows(document: Any) -> int:
-    if isinstance(document, str):
-        document = json.loads(document)
-    return int(document[0]["Plan"]["Plan Rows"])
-
-
 def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
-    """Every queue with its (capped or estimated) counts and controls;
-    ``finished=False`` leaves the scheduled and finished counts at zero (the
-    queues page shows only what is live)."""
-    cap = COUNT_CAP + 1
-    rows = yield Execute("dashboard_queues", {"cap": cap}, rows="dict")
-    estimates: dict[str, int] = {}
-    caps: dict[str, int] = {}
-    for status, query in _ESTIMATES.items():
-        if not finished:
-            caps[status] = 0
-            continue
-        plan = yield Execute(query, {}, fetch="one")
-        estimates[status] = _plan_rows(plan[0])
-        # Far past the cap: a small sample gives the shares, the planner the total.
-        caps[status] = SHARE_SAMPLE if estimates[status] > 4 * COUNT_CAP else cap
-    sample = (
-        (
-            yield Execute(
-                "dashboard_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
-            )
+    """Every queue with its (capped or estimated) counts and controls, as
+    ``app.metrics()`` counts them; ``finished=False`` leaves the scheduled
+    and finished counts at zero (the queues page shows only what is live)."""
+    found = yield from queue_counts(None, COUNT_CAP, finished)
+
+    def count(q: QueueCounts, status: str) -> Count:
+        if status in q.capped:
+            return Count(COUNT_CAP, "capped")
+        return Count(q.counts[status], "estimate" if status in q.estimated else "exact")
+
+    return [
+        QueueRow(
+            queue=q.queue,
+            queued=count(q, "queued"),
+            scheduled=count(q, "scheduled"),
+            running=count(q, "running"),
+            succeeded=count(q, "succeeded"),
+            dead=count(q, "dead"),
+            cancelled=count(q, "cancelled"),
+            oldest_ready_age_seconds=q.row["oldest_ready_age_seconds"],
+            paused=q.row["paused"],
+            concurrency_limit=q.row["concurrency_limit"],
+            rate_limit=_rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
         )
-        if finished
-        else []
-    )
-    per_status: dict[str, dict[str, int]] = {s: {} for s in _ESTIMATES}
-    for r in sample:
-        per_status[r["status"]][r["queue"]] = int(r["n"])
-    counts: dict[str, dict[str, Count]] = {}
-    for status, by_queue in per_status.items():
-        seen = sum(by_queue.values())
-        if not finished or seen < caps[status]:
-            counts[status] = {q: Count(n) for q, n in by_queue.items()}
-            continue
-        # The sample was cut off: the planner's total, shared out as sampled.
-        total = max(estimates[status], seen)
-        counts[status] = {
-            q: Count(round(total * n / seen), "estimate") for q, n in by_queue.items()
-        }
+        for q in found[:1000]
+    ]
+
+
+THROUGHPUT_PER_MINUTE = 100
+"""Finished jobs per minute and outcome the throughput chart counts; a busier
+minute is estimated from the rate of the first ones."""
+
+
+def _per_minute(seen: int, span: float | None, seconds: float) -> tuple[int, bool]:
+    if seen < THROUGHPUT_PER_MINUTE:
+        return seen, False
+    # The first THROUGHPUT_PER_MINUTE jobs of the minute took ``span`` seconds.
+    return max(seen, round(seen * seconds / max(span or 0.0, 0.001))), True
+
+
+def throughput_op() -> Op[list[tuple[int, int, int, bool]]]:
+    """(minute epoch, succeeded, dead, estimated) for each of the last 60
+    minutes (the current one so far)."""
+    rows = yield Execute("dashboard_throughput", {"per_minute": THROUGHPUT_PER_MINUTE}, rows="dict")
     out = []
     for r in rows:
-        name = r["queue"]
-        out.append(
-            QueueRow(
-                queue=name,
-                queued=_capped(r["queued"]),
-                scheduled=counts["scheduled"].get(name, Count(0)),
-                running=_capped(r["running"]),
-                succeeded=counts["succeeded"].get(name, Count(0)),
-                dead=counts["dead"].get(name, Count(0)),
-                cancelled=counts["cancelled"].get(name, Count(0)),
-                oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
-                paused=r["paused"],
-                concurrency_limit=r["concurrency_limit"],
-                rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
-            )
-        )
-    return out
-
-
-THROUGHPUT_SAMPLE = 20_000
-"""Newest finished jobs per outcome the throughput chart counts at most."""
-
-
-def throughput_op(now: datetime | None = None) -> Op[list[tuple[int, int | None, int | None]]]:
-    """(minute epoch, succeeded, dead) for each of the last 60 minutes; None
-    for minutes older than what the capped sample reaches (too busy to count
-    cheaply)."""
-    rows = yield Execute("dashboard_throughput", {"cap": THROUGHPUT_SAMPLE})
-    by_minute: dict[int, list[int]] = {}
-    seen = [0, 0]
-    oldest = [0, 0]  # per outcome: the oldest minute the sample reached
-    for minute, outcome, n in rows:
-        index = 0 if outcome == "succeeded" else 1
-        by_minute.setdefault(int(minute), [0, 0])[index] += int(n)
-        seen[index] += int(n)
-        oldest[index] = int(minute) if not oldest[index] else min(oldest[index], int(minute))
-    # A capped outcome is complete only after its oldest (partly read) minute.
-    floor = max((oldest[i] for i in (0, 1) if seen[i] >= THROUGHPUT_SAMPLE), default=0)
-    end = int((now or datetime.now().astimezone()).timestamp()) // 60 * 60
-    out: list[tuple[int, int | None, int | None]] = []
-    for m in range(end - 59 * 60, end + 60, 60):
-        if m <= floor:
-            out.append((m, None, None))
-        else:
-            ok, dead = by_minute.get(m, [0, 0])
-            out.append((m, ok, dead))
+        ok, ok_est = _per_minute(r["succeeded_seen"], r["succeeded_span"], r["seconds"])
+        dead, dead_est = _per_minute(r["dead_seen"], r["dead_span"], r["seconds"])
+        out.append((int(r["minute"]), ok, dead, ok_est or dead_est))
     return out
 
 
@@ -433,29 +411,8 @@ def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def task_stats_op() -> Op[list[TaskStats]]:
-    """Per-task statistics over the newest finished jobs."""
-    rows = yield Execute("dashboard_task_stats", {"cap": SAMPLE}, rows="dict")
-    out = []
-    for r in rows:
-        finished = r["succeeded"] + r["dead"]
-        out.append(
-            TaskStats(
-                **r,
-                success_rate=(r["succeeded"] / finished) if finished else None,
-            )
-        )
-    return out
-
-
 def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
     rows = yield Execute(query, params or {})
-    return list(rows)
-
-
-def worker_rows() -> Op[list[dict[str, Any]]]:
-    """Registered workers, their heartbeat age and running job count."""
-    rows = yield Execute("worker_list", {}, rows="dict")
     return list(rows)
 
 
@@ -488,6 +445,9 @@ class Data:
         self._cache.clear()
 
     async def _shared(self, key: Hashable, op: Callable[[], Op[T]]) -> T:
+        return await self._cached(key, lambda: self.app.database.run_async(op()))
+
+    async def _cached(self, key: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
         loop = asyncio.get_running_loop()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > loop.time():
@@ -498,7 +458,7 @@ class Data:
             if hit is not None and hit[0] > loop.time():
                 return cast(T, hit[1])
             self.reads += 1
-            value = await self.app.database.run_async(op())
+            value = await fetch()
             if len(self._cache) > 1000:  # many distinct filters: start over
                 self._cache.clear()
             self._cache[key] = (loop.time() + self.ttl, value)
@@ -511,7 +471,7 @@ class Data:
         rows = await self._shared("queue_names", lambda: _rows_op("dashboard_queue_names"))
         return [r[0] for r in rows]
 
-    async def throughput(self) -> list[tuple[int, int | None, int | None]]:
+    async def throughput(self) -> list[tuple[int, int, int, bool]]:
         return await self._shared("throughput", throughput_op)
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
@@ -526,30 +486,30 @@ class Data:
     async def dead_groups(self) -> tuple[list[DeadGroup], bool]:
         return await self._shared("dead_groups", dead_groups_op)
 
-    async def tasks(self) -> list[TaskStats]:
-        stats = {s.task: s for s in await self._shared("tasks", task_stats_op)}
-        for name, task in self.app.tasks.items():
-            defaults = self.app._task_defaults(name)
-            base = stats.get(name) or TaskStats(
-                name, 0, 0, 0, None, None, None, None, None, None, None
-            )
-            stats[name] = TaskStats(
-                **{
-                    **{f: getattr(base, f) for f in base.__dataclass_fields__},
-                    "queue": defaults.queue,
-                    "priority": defaults.priority,
-                    "max_attempts": defaults.max_attempts,
-                    "settings": {
-                        "lease_seconds": defaults.lease_seconds,
-                        "backoff": defaults.backoff,
-                        "callable": repr(task),
-                    },
-                }
-            )
-        return [stats[k] for k in sorted(stats)]
+    async def tasks(self) -> TaskOverview:
+        return await self._cached("tasks", self._tasks)
 
-    async def workers(self) -> list[dict[str, Any]]:
-        return await self._shared("workers", worker_rows)
+    async def _tasks(self) -> TaskOverview:
+        app = self.app
+        stats, infos, unknown = await asyncio.gather(
+            app.task_stats_async(since=TASK_STATS_WINDOW, sample=TASK_STATS_SAMPLE),
+            app.list_tasks_async(),
+            app.unknown_tasks_async(),
+        )
+        by_info = {i.name: i for i in infos}
+        by_unknown = {u.task: u for u in unknown}
+        names = sorted(set(stats) | set(by_info) | set(by_unknown) | set(app.tasks))
+        rows = [
+            TaskRow(n, stats.get(n), by_info.get(n), by_unknown.get(n), n in app.tasks)
+            for n in names
+        ]
+        starts = [s.window_start for s in stats.values() if s.window_start is not None]
+        start = min(starts) if starts else None
+        finished = sum(s.succeeded + s.dead + s.cancelled for s in stats.values())
+        return TaskOverview(rows, start, finished >= TASK_STATS_SAMPLE)
+
+    async def workers(self) -> list[WorkerInfo]:
+        return await self._cached("workers", self.app.list_workers_async)
 
     async def change_mark(self) -> tuple[Any, ...]:
         return await self.app.database.run_async(change_mark_op())

@@ -49,9 +49,10 @@ from pgqueue.dashboard.auth import (
 from pgqueue.dashboard.data import (
     COUNT_CAP,
     DEAD_GROUP_SAMPLE,
-    SAMPLE,
     SEARCH_WINDOW,
-    THROUGHPUT_SAMPLE,
+    TASK_STATS_SAMPLE,
+    TASK_STATS_WINDOW,
+    THROUGHPUT_PER_MINUTE,
     Data,
     JobFilter,
     parse_group_key,
@@ -127,6 +128,9 @@ def _percent(value: float | None) -> str:
 def _secs(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
+    # A wait can come out below zero only from rows written by hand (a job
+    # started before its run_at): show it as none.
+    value = max(0.0, float(value))
     if value < 1:
         return f"{value * 1000:.0f} ms"
     return fmt_span(value)
@@ -461,8 +465,9 @@ def create_app(
                             "minute": datetime.fromtimestamp(m, UTC).isoformat(),
                             "succeeded": s,
                             "dead": f,
+                            "estimated": e,
                         }
-                        for m, s, f in chart
+                        for m, s, f, e in chart
                     ],
                 }
             )
@@ -472,7 +477,7 @@ def create_app(
             queues=queues,
             chart=_chart(chart),
             cap=COUNT_CAP,
-            throughput_sample=THROUGHPUT_SAMPLE,
+            per_minute=THROUGHPUT_PER_MINUTE,
         )
 
     async def jobs(request: Request) -> Response:
@@ -545,10 +550,18 @@ def create_app(
         return dash.render(request, "workers.html", workers=rows)
 
     async def tasks(request: Request) -> Response:
-        stats = await d.tasks()
+        overview = await d.tasks()
         if dash.wants_json(request):
-            return JSONResponse(_jsonable(stats))
-        return dash.render(request, "tasks.html", tasks=stats, sample=SAMPLE)
+            return JSONResponse(_jsonable(overview.as_json()))
+        return dash.render(
+            request,
+            "tasks.html",
+            tasks=overview.rows,
+            window_start=overview.window_start,
+            sampled=overview.sampled,
+            sample=TASK_STATS_SAMPLE,
+            window=TASK_STATS_WINDOW,
+        )
 
     async def metrics(request: Request) -> Response:
         # The database view of `pgqueue metrics` (capped counts, estimates beyond).
@@ -858,18 +871,16 @@ def _describe(flt: JobFilter) -> str:
     return ", ".join(parts) or "no filter (every job)"
 
 
-def _chart(points: list[tuple[int, int | None, int | None]]) -> dict[str, Any]:
+def _chart(points: list[tuple[int, int, int, bool]]) -> dict[str, Any]:
     """Bars of an inline SVG: one per minute, succeeded stacked under dead;
-    minutes past the counted sample are left out (and said so)."""
-    counted = [(m, s or 0, f or 0) for m, s, f in points if s is not None]
-    peak = max((s + f for _, s, f in counted), default=0) or 1
+    estimated minutes (busier than the per-minute count) are marked."""
+    peak = max((s + f for _, s, f, _ in points), default=0) or 1
     width, height, bar = 600, 120, 10
     bars = []
-    for i, (minute, ok, failed) in enumerate(points):
-        if ok is None or failed is None:
-            continue
+    for i, (minute, ok, failed, estimated) in enumerate(points):
         h_ok = round(height * ok / peak)
         h_dead = round(height * failed / peak)
+        approx = "≈" if estimated else ""
         bars.append(
             {
                 "x": i * bar,
@@ -878,7 +889,7 @@ def _chart(points: list[tuple[int, int | None, int | None]]) -> dict[str, Any]:
                 "dead_y": height - h_ok - h_dead,
                 "dead_h": h_dead,
                 "label": f"{datetime.fromtimestamp(minute, UTC):%H:%M}: "
-                f"{ok} succeeded, {failed} dead",
+                f"{approx}{ok} succeeded, {approx}{failed} dead",
             }
         )
     return {
@@ -887,9 +898,9 @@ def _chart(points: list[tuple[int, int | None, int | None]]) -> dict[str, Any]:
         "height": height,
         "bar": bar - 2,
         "peak": peak,
-        "minutes": len(counted),
-        "total_ok": sum(s for _, s, _ in counted),
-        "total_dead": sum(f for _, _, f in counted),
+        "estimated": any(e for *_, e in points),
+        "total_ok": sum(s for _, s, _, _ in points),
+        "total_dead": sum(f for _, _, f, _ in points),
     }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pgqueue import validation
@@ -139,27 +141,126 @@ def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
     return f"{limit}/{period_seconds:g}s"
 
 
-def metrics(queue: str | None = None) -> Op[dict[str, QueueMetrics]]:
-    """Per-queue counts, keyed by queue name."""
-    return _metrics(validation.queue_name(queue) if queue is not None else None)
+#: Counts of ``metrics()`` are exact below this; a queue's queued or running
+#: count stops here (``pgqueue status`` shows "10,000+"), and the other
+#: statuses past it are estimates (shown as "≈N"): no statement reads more
+#: than this many rows per status however big the table grows.
+METRICS_CAP = 10_000
+#: Rows read for the per-queue shares of a status the planner puts far past
+#: the cap (its total then comes from the statistics or the sampled rate).
+SHARE_SAMPLE = 1_000
+_SAMPLED = ("scheduled", "succeeded", "dead", "cancelled")
 
 
-def _metrics(queue: str | None) -> Op[dict[str, QueueMetrics]]:
-    rows = yield Execute("queue_metrics", {"queue": queue}, rows="dict")
-    return {
-        r["queue"]: QueueMetrics(
-            queued=r["queued"],
-            scheduled=r["scheduled"],
-            running=r["running"],
-            succeeded=r["succeeded"],
-            dead=r["dead"],
-            cancelled=r["cancelled"],
-            oldest_ready_age_seconds=r["oldest_ready_age_seconds"],
-            paused=r["paused"],
-            concurrency_limit=r["concurrency_limit"],
-            rate_limit=_rate_text(r["rate_limit"], r["rate_period_seconds"]),
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """One queue's counts (``QueueMetrics`` fields) before they become
+    ``QueueMetrics``: which stopped at the cap and which are estimates, and
+    the queue's controls (``row``). Shared by ``metrics()`` and the dashboard."""
+
+    queue: str
+    counts: dict[str, int]
+    capped: frozenset[str]
+    estimated: frozenset[str]
+    row: dict[str, Any]
+
+
+def queue_counts(
+    queue: str | None = None, cap: int = METRICS_CAP, finished: bool = True
+) -> Op[list[QueueCounts]]:
+    """Every queue's (or one queue's) counts, bounded: queued and running
+    stop at ``cap`` (index ranges of queue-led partial indexes); the other
+    statuses come from one sample of at most ``cap`` rows each (fewer where
+    the planner expects far more), scaled to an estimate when it was cut
+    off. ``finished=False``: only the live counts (the others stay 0)."""
+    rows = yield Execute("queue_metrics", {"queue": queue, "cap": cap}, rows="dict")
+    if not rows:
+        return []
+    estimates: dict[str, int] = {}
+    sample: list[dict[str, Any]] = []
+    caps = dict.fromkeys(_SAMPLED, cap)
+    if finished:
+        stats = yield Execute("metrics_status_estimates", {})
+        estimates = {status: int(n) for status, n in stats}
+        for status in _SAMPLED:
+            if estimates.get(status, 0) > 4 * cap > SHARE_SAMPLE:
+                caps[status] = SHARE_SAMPLE
+        sample = yield Execute(
+            "queue_status_sample", {f"cap_{k}": v for k, v in caps.items()}, rows="dict"
         )
-        for r in rows
+    seen: dict[str, int] = {}
+    oldest: dict[str, datetime] = {}
+    newest: dict[str, datetime] = {}
+    for r in sample:
+        kind = "scheduled" if r["status"] == "due" else r["status"]
+        seen[kind] = seen.get(kind, 0) + r["n"]
+        if r["oldest"] is not None and (kind not in oldest or r["oldest"] < oldest[kind]):
+            oldest[kind] = r["oldest"]
+        if r["newest"] is not None and (kind not in newest or r["newest"] > newest[kind]):
+            newest[kind] = r["newest"]
+    # A status whose sample stopped at its cap: scale its per-queue shares to
+    # an estimate of the whole (the planner's statistics; for succeeded in
+    # the last hour, the rate at which the sampled jobs finished).
+    scale: dict[str, float] = {}
+    for kind, n in seen.items():
+        if n < caps[kind]:
+            continue
+        if kind == "succeeded" and kind in oldest:
+            span = (newest[kind] - oldest[kind]).total_seconds()
+            rest = 3600.0 - (datetime.now(UTC) - oldest[kind]).total_seconds()
+            total = n * (1.0 + max(rest, 0.0) / max(span, 0.001))
+        else:
+            total = float(estimates.get(kind, 0))
+        if total > n:
+            scale[kind] = total / n
+    counts: dict[tuple[str, str], int] = {}
+    estimated: dict[str, set[str]] = {}
+    for r in sample:
+        kind = "scheduled" if r["status"] == "due" else r["status"]
+        factor = scale.get(kind, 1.0)
+        counts[(r["queue"], r["status"])] = round(r["n"] * factor)
+        if kind in scale:
+            estimated.setdefault(r["queue"], set()).add(
+                "queued" if r["status"] == "due" else r["status"]
+            )
+    out = []
+    for r in rows:
+        name = r["queue"]
+        out.append(
+            QueueCounts(
+                queue=name,
+                counts={
+                    "queued": r["queued"] + counts.get((name, "due"), 0),
+                    "scheduled": counts.get((name, "scheduled"), 0),
+                    "running": r["running"],
+                    "succeeded": counts.get((name, "succeeded"), 0),
+                    "dead": counts.get((name, "dead"), 0),
+                    "cancelled": counts.get((name, "cancelled"), 0),
+                },
+                capped=frozenset(s for s in ("queued", "running") if r[s] >= cap),
+                estimated=frozenset(estimated.get(name, ())),
+                row=r,
+            )
+        )
+    return out
+
+
+def metrics(queue: str | None = None, cap: int = METRICS_CAP) -> Op[dict[str, QueueMetrics]]:
+    """Per-queue counts, keyed by queue name (exact below ``cap``)."""
+    return _metrics(validation.queue_name(queue) if queue is not None else None, cap)
+
+
+def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
+    found = yield from queue_counts(queue, cap)
+    return {
+        q.queue: QueueMetrics(
+            **q.counts,
+            oldest_ready_age_seconds=q.row["oldest_ready_age_seconds"],
+            paused=q.row["paused"],
+            concurrency_limit=q.row["concurrency_limit"],
+            rate_limit=_rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
+        )
+        for q in found
     }
 
 

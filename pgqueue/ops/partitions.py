@@ -23,6 +23,7 @@ from pgqueue.ops import Execute, Op
 Period = Literal["day", "week", "month"]
 PERIODS: tuple[Period, ...] = get_args(Period)
 
+
 def period_name(period: object) -> Period:
     """``period`` as one of :data:`PERIODS`, or InvalidOption."""
     for known in PERIODS:

@@ -192,15 +192,29 @@ def since_time(since: datetime | timedelta | str | float | None) -> datetime:
 
 
 def task_stats(
-    task: str | None = None, since: datetime | timedelta | str | float | None = None
+    task: str | None = None,
+    since: datetime | timedelta | str | float | None = None,
+    *,
+    sample: int | None = None,
 ) -> Op[dict[str, TaskStats]]:
-    """Per-task run statistics since ``since`` (default: the last 24 hours)."""
+    """Per-task run statistics since ``since`` (default: the last 24 hours);
+    ``sample``: over at most about that many of the newest finished jobs
+    (the window then starts later; see ``TaskStats.window_start``)."""
     name = validation.task_name(task) if task is not None else None
-    return _stats(name, since_time(since))
+    if sample is not None:
+        sample = validation.positive_int("sample", sample)
+    return _stats(name, since_time(since), sample)
 
 
-def _stats(task: str | None, since: datetime) -> Op[dict[str, TaskStats]]:
-    rows = yield Execute("task_stats", {"task": task, "since": since}, rows="dict")
+def _stats(task: str | None, since: datetime, sample: int | None) -> Op[dict[str, TaskStats]]:
+    if sample is not None:
+        # A separate statement: the window's start as a parameter lets the
+        # planner see how narrow it is (index ranges, not a scan).
+        start = yield Execute("task_stats_window", {"since": since, "sample": sample}, fetch="one")
+        since = start[0] if start and start[0] is not None else since
+    rows = yield Execute(
+        "task_stats", {"task": task, "since": since, "sample": sample}, rows="dict"
+    )
     return {
         r["task"]: TaskStats(
             task=r["task"],
@@ -217,6 +231,7 @@ def _stats(task: str | None, since: datetime) -> Op[dict[str, TaskStats]]:
             wait_p95=r["wait_p95"],
             wait_max=r["wait_max"],
             last_error=r["last_error"],
+            window_start=r["window_start"],
         )
         for r in rows
     }
@@ -245,6 +260,7 @@ def list_workers() -> Op[list[WorkerInfo]]:
             heartbeat_age_seconds=r["heartbeat_age_seconds"],
             state=r["state"],
             running=int(r["running"]),
+            version=r["version"],
         )
         for r in rows
     ]

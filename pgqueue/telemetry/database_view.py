@@ -3,7 +3,10 @@ dashboard serves at ``/metrics``.
 
 Cheap by construction: every count stops at ``cap`` rows (an index range
 scan of a partial index); a status whose sample hit the cap is scaled to the
-planner's estimate of that status's rows and flagged ``estimated``.
+planner's estimate of that status's rows and flagged ``estimated``. A status
+the planner already puts far past the cap is only sampled (``SHARE_SAMPLE``
+rows, for the per-queue shares of the estimate): at 1M jobs the view costs
+a few milliseconds, not a read of 100,000 rows per status.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 from pgqueue.ops import Execute, Op, OpContext
 
 STATUSES = ("queued", "scheduled", "running", "succeeded", "dead", "cancelled")
-DEFAULT_CAP = 100_000
+DEFAULT_CAP = 10_000
+#: Rows read for the per-queue shares of a status estimated far past the cap.
+SHARE_SAMPLE = 1_000
 #: A worker counts as alive while its heartbeat is younger than this (seconds).
 WORKER_ALIVE_SECONDS = 60.0
 
@@ -88,7 +93,14 @@ def collect(
 ) -> Op[QueueView]:
     """Read the view (a handful of bounded statements)."""
     live = yield Execute("metrics_queue_live", {"cap": cap}, rows="dict")
-    sample = yield Execute("metrics_status_sample", {"cap": cap})
+    rows = yield Execute("metrics_status_estimates", {})
+    estimates: dict[str, int] = {status: n for status, n in rows}
+    # Far past the cap: a small sample gives the shares, the planner the total.
+    caps = {
+        status: SHARE_SAMPLE if estimates.get(status, 0) > 4 * cap > SHARE_SAMPLE else cap
+        for status in ("scheduled", "succeeded", "dead", "cancelled")
+    }
+    sample = yield Execute("metrics_status_sample", {f"cap_{k}": v for k, v in caps.items()})
     alive = yield Execute("metrics_workers_alive", {"seconds": worker_alive_seconds}, fetch="one")
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     capped: set[str] = set()
@@ -103,21 +115,18 @@ def collect(
         sampled["scheduled" if status == "queued" else status] += n
         counts[queue][status] = counts[queue].get(status, 0) + n
     for status in ("scheduled", "succeeded", "dead", "cancelled"):
-        if sampled[status] >= cap:
+        if sampled[status] >= caps[status]:
             capped.add(status)
     estimated: dict[str, list[str]] = defaultdict(list)
-    if capped:
-        rows = yield Execute("metrics_status_estimates", {"schema": ctx.schema})
-        estimates = {status: n for status, n in rows}
-        for status in capped:
-            total = sum(c.get(status, 0) for c in counts.values())
-            estimate = estimates.get(status)
-            if not total or estimate is None or estimate <= total:
-                continue
-            for queue, c in counts.items():
-                if c.get(status):
-                    c[status] = round(c[status] * estimate / total)
-                    estimated[queue].append(status)
+    for status in capped:
+        total = sum(c.get(status, 0) for c in counts.values())
+        estimate = estimates.get(status)
+        if not total or estimate is None or estimate <= total:
+            continue
+        for queue, c in counts.items():
+            if c.get(status):
+                c[status] = round(c[status] * estimate / total)
+                estimated[queue].append(status)
     queues = [
         QueueGauges(
             queue=row["queue"],

@@ -25,6 +25,7 @@ from pgqueue.durations import parse_duration
 from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
 from pgqueue.explain import fmt_span
 from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.ops import tasks as task_ops
 from pgqueue.ops.health import STUCK_SAMPLE
 from pgqueue.version import SCHEMA_REVISION
 
@@ -73,6 +74,12 @@ class DoctorSettings:
     dead_tuples_min: int = 10_000
     archive_after: float = 7 * 86400.0
     archive_backlog: int = 10_000
+    #: Share of usable connections in use that warns, and that is an error.
+    connections_warn: float = 0.8
+    connections_error: float = 0.95
+    #: Jobs of an unknown task older than this are past the workers' default
+    #: grace (dead-lettered as unknown_task): an error.
+    unknown_task_grace: float = 3600.0
     #: Whether the App declared a transaction pooler (then the pooler check is ok).
     pooler_declared: bool = False
 
@@ -84,7 +91,7 @@ class DoctorSettings:
                 continue
             if name in ("dead_tuples_min", "archive_backlog"):
                 values[name] = int(value)
-            elif name == "notify_queue_warn":
+            elif name in ("notify_queue_warn", "connections_warn", "connections_error"):
                 values[name] = float(value)
             else:
                 values[name] = parse_duration(value).total_seconds()
@@ -132,7 +139,7 @@ def diagnose(
     findings.append((yield from _prepared(settings)))
     findings.append((yield from _slots()))
     findings.append((yield from _notify(settings)))
-    findings.append((yield from _connections()))
+    findings.append((yield from _connections(settings)))
     if revision is None:
         return findings
     try:
@@ -140,6 +147,7 @@ def diagnose(
         findings.append((yield from _stale_workers(settings)))
         findings.append((yield from _expired_leases(ctx)))
         findings.append((yield from _backlog(ctx, settings)))
+        findings.append((yield from _unknown_tasks(settings)))
         findings.append((yield from _archive(ctx, settings)))
     except SchemaNotMigrated as exc:
         findings.append(
@@ -371,7 +379,7 @@ def _notify(s: DoctorSettings) -> Op[Finding]:
     )
 
 
-def _connections() -> Op[Finding]:
+def _connections(s: DoctorSettings) -> Op[Finding]:
     row = yield Execute("doctor_connections", fetch="one", rows="dict")
     usable = max(1, row["max_connections"] - row["reserved"])
     share = row["in_use"] / usable
@@ -386,11 +394,11 @@ def _connections() -> Op[Finding]:
         "reserved": row["reserved"],
         "top": row["top"],
     }
-    if share < 0.8:
+    if share < s.connections_warn:
         return _finding("connections", "ok", summary, **evidence)
     return _finding(
         "connections",
-        "error" if share >= 0.95 else "warn",
+        "error" if share >= s.connections_error else "warn",
         summary,
         f"heaviest: {top}. New connections (workers reconnecting, producers) will be refused "
         "at the limit",
@@ -511,6 +519,35 @@ def _backlog(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
         "add workers for these queues (`pgqueue worker --queue NAME`), raise --concurrency, "
         "or check their limits (`pgqueue status`)",
         queues={r["queue"]: r["oldest_ready_age_seconds"] for r in rows},
+    )
+
+
+def _unknown_tasks(s: DoctorSettings) -> Op[Finding]:
+    unknown = yield from task_ops.unknown_tasks()
+    if not unknown:
+        return _finding("unknown_tasks", "ok", "every waiting job's task is known to a live worker")
+    oldest = max(u.oldest_age_seconds for u in unknown)
+    jobs = sum(u.jobs for u in unknown)
+    names = ", ".join(u.task for u in unknown)
+    return _finding(
+        "unknown_tasks",
+        "error" if oldest >= s.unknown_task_grace else "warn",
+        f"{jobs} job{'s' if jobs != 1 else ''} wait for task{'s' if len(unknown) != 1 else ''} "
+        f"no live worker has: {names}",
+        "; ".join(
+            f"{u.task}: {u.jobs} job{'s' if u.jobs != 1 else ''}, "
+            f"oldest {fmt_span(u.oldest_age_seconds)}"
+            for u in unknown
+        )
+        + ". Workers without the task hand these jobs back; once the grace period (default "
+        f"{fmt_span(s.unknown_task_grace)}) has passed they are dead-lettered as unknown_task",
+        "start a worker whose App registers the task (`pgqueue worker --app module:app`; "
+        "`pgqueue tasks --app module:app` lists them), fix a misspelt task name in the "
+        f"producer, or cancel the jobs: `pgqueue jobs cancel --task {unknown[0].task}`",
+        tasks=[
+            {"task": u.task, "jobs": u.jobs, "oldest_age_seconds": u.oldest_age_seconds}
+            for u in unknown
+        ],
     )
 
 

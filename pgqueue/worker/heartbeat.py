@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import structlog
 
 from pgqueue.errors import DatabaseError
 from pgqueue.ops import Execute, Op, OpContext, consume
+from pgqueue.version import __version__
 from pgqueue.worker.faults import Episodes
 from pgqueue.worker.wakeup import wait_any
 
@@ -33,23 +35,28 @@ log = structlog.get_logger("pgqueue.worker")
 REGISTRY_INTERVAL = 5.0
 
 
-def _upsert_worker(query: str, settings: WorkerSettings, tasks: list[str]) -> Op[None]:
-    yield Execute(
+def _upsert_worker(query: str, settings: WorkerSettings, token: str, tasks: list[str]) -> Op[bool]:
+    """Register or heartbeat the worker's row (SECURITY DEFINER functions,
+    0013); the database writes it only under this process's ``token``."""
+    row = yield Execute(
         query,  # type: ignore[arg-type]
         {
             "worker_id": settings.worker_id,
+            "token": token,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": list(settings.queues) if settings.queues is not None else None,
             "concurrency": settings.concurrency,
             "tasks": tasks,
+            "version": __version__,
         },
-        fetch="none",
+        fetch="one",
     )
+    return row is None or row[0] is not False
 
 
-def _deregister(worker_id: str) -> Op[None]:
-    yield Execute("worker_deregister", {"worker_id": worker_id}, fetch="none")
+def _deregister(worker_id: str, token: str) -> Op[None]:
+    yield Execute("worker_deregister", {"worker_id": worker_id, "token": token}, fetch="none")
 
 
 class Heartbeat:
@@ -76,6 +83,8 @@ class Heartbeat:
         self.registry = Episodes("registry", first=0.5, cap=10.0)
         executor.heartbeat_wake = self.wake.set
         self.cancel_hints: set[int] = set()
+        # Proves to the database that the worker row is this process's (0013).
+        self.token = secrets.token_hex(24)
 
     def confirm_cancel(self, job_id: int) -> None:
         """A notification says ``job_id`` was asked to stop: check the
@@ -86,12 +95,14 @@ class Heartbeat:
 
     async def register(self) -> None:
         await self.database.run_async(
-            _upsert_worker("worker_register", self.settings, sorted(self.executor.tasks))
+            _upsert_worker(
+                "worker_register", self.settings, self.token, sorted(self.executor.tasks)
+            )
         )
 
     async def deregister(self) -> None:
         try:
-            await self.database.run_async(_deregister(self.settings.worker_id))
+            await self.database.run_async(_deregister(self.settings.worker_id, self.token))
         except DatabaseError as exc:
             log.warning("could not deregister worker", error=str(exc))
 
@@ -118,11 +129,19 @@ class Heartbeat:
             self.episodes.succeeded()
             if time.monotonic() - last_registry >= REGISTRY_INTERVAL:
                 try:
-                    await self.database.run_async(
+                    ours = await self.database.run_async(
                         _upsert_worker(
-                            "worker_heartbeat", self.settings, sorted(self.executor.tasks)
+                            "worker_heartbeat",
+                            self.settings,
+                            self.token,
+                            sorted(self.executor.tasks),
                         )
                     )
+                    if not ours:
+                        log.warning(
+                            "worker row taken by another process with this worker_id",
+                            worker_id=self.settings.worker_id,
+                        )
                 except Exception as exc:
                     pause = min(self.registry.failed(exc), self._tick())
                     continue

@@ -145,24 +145,45 @@ WITH candidates AS MATERIALIZED (
 SELECT r.id FROM requeued r CROSS JOIN notified;
 
 -- name: queue_metrics
--- Per-queue counts; each count is an index range scan of one partial index.
+-- Per queue: controls, oldest ready age, and the queued and running counts,
+-- each an index range of a partial index that leads with the queue name,
+-- stopping at %(cap)s rows (the other statuses: queue_status_sample).
 SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
        extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'queued')
-     + (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'scheduled'
-            AND j.run_at <= now() AND j.queue = q.name) AS queued,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'scheduled'
-            AND j.run_at > now() AND j.queue = q.name) AS scheduled,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.queue = q.name AND j.status = 'running') AS running,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'succeeded'
-            AND j.finished_at > now() - interval '1 hour' AND j.queue = q.name) AS succeeded,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'dead' AND j.queue = q.name) AS dead,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'cancelled' AND j.queue = q.name) AS cancelled,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.status = 'running' LIMIT %(cap)s) c) AS running,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
 FROM {schema}.queues q
 WHERE %(queue)s::text IS NULL OR q.name = %(queue)s::text
 ORDER BY q.name;
+
+-- name: queue_status_sample
+-- Up to cap_<status> jobs of each other status (scheduled split into due
+-- and future, succeeded in the last hour), newest first through one partial
+-- index each, counted by queue; "oldest" and "newest" bound the finishes (or
+-- run_at) the sample reached, from which a capped count is extrapolated. The
+-- caller passes a small cap where the planner expects far more rows than
+-- the cap: those rows only give the per-queue shares of an estimate.
+SELECT s.status, s.queue, count(*)::bigint AS n, min(s.at) AS oldest, max(s.at) AS newest
+FROM (
+    (SELECT CASE WHEN j.run_at <= now() THEN 'due' ELSE 'scheduled' END AS status, j.queue,
+            j.run_at AS at
+     FROM {schema}.jobs j WHERE j.status = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
+    UNION ALL
+    (SELECT 'succeeded', j.queue, j.finished_at FROM {schema}.jobs j
+     WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
+     ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
+    UNION ALL
+    (SELECT 'dead', j.queue, j.finished_at FROM {schema}.jobs j
+     WHERE j.status = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
+    UNION ALL
+    (SELECT 'cancelled', j.queue, j.finished_at FROM {schema}.jobs j
+     WHERE j.status = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
+) s
+GROUP BY s.status, s.queue;
 
 -- name: job_wait_context
 -- What a live job may be waiting on: an earlier live job with its serial key,

@@ -1,82 +1,37 @@
 -- The web dashboard's reads and bulk actions (pgqueue.dashboard).
--- Every statement here is bounded: counts stop at %(cap)s rows, lists read a
+-- Every statement here is bounded: counts stop at a cap, lists read a
 -- keyset page through an index, aggregates sample the newest rows of one
 -- partial index. Nothing scans the whole jobs table however big it grows.
 
--- name: dashboard_queues
--- Per queue: controls, the age of its oldest ready job, and queued/running
--- counts capped at %(cap)s (both partial indexes lead with the queue name).
-SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
-       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                              WHERE j.queue = q.name AND j.status = 'queued'
-                              LIMIT %(cap)s) c) AS queued,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                              WHERE j.queue = q.name AND j.status = 'running'
-                              LIMIT %(cap)s) c) AS running,
-       extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
-           AS oldest_ready_age_seconds
-FROM {schema}.queues q
-ORDER BY q.name
-LIMIT 1000;
-
--- name: dashboard_status_sample
--- Per queue counts of scheduled, dead, cancelled and succeeded-in-the-last-hour
--- jobs among at most cap_<status> rows of each (one partial index each, in
--- its order, so that the planner never prefers a sequential scan); a status
--- whose rows add up to its cap was cut off and is estimated instead (the
--- caller passes a small cap where the planner already expects many rows).
-SELECT 'scheduled' AS status, s.queue, count(*)::bigint AS n
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'scheduled'
-      ORDER BY j.run_at LIMIT %(cap_scheduled)s) s
-GROUP BY s.queue
-UNION ALL
-SELECT 'dead', s.queue, count(*)::bigint
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
-      ORDER BY j.finished_at DESC LIMIT %(cap_dead)s) s
-GROUP BY s.queue
-UNION ALL
-SELECT 'cancelled', s.queue, count(*)::bigint
-FROM (SELECT j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
-      ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s) s
-GROUP BY s.queue
-UNION ALL
-SELECT 'succeeded', s.queue, count(*)::bigint
-FROM (SELECT j.queue FROM {schema}.jobs j
-      WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
-      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s) s
-GROUP BY s.queue;
-
--- name: dashboard_estimate_scheduled
--- The planner's row estimate (no rows are read).
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'scheduled';
-
--- name: dashboard_estimate_dead
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'dead';
-
--- name: dashboard_estimate_cancelled
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs WHERE status = 'cancelled';
-
--- name: dashboard_estimate_succeeded
-EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.jobs
-WHERE status = 'succeeded' AND finished_at > now() - interval '1 hour';
-
 -- name: dashboard_throughput
--- Jobs finished per minute over the last hour, from finished_at, newest
--- first through the finished index, at most %(cap)s rows per outcome.
-SELECT extract(epoch FROM date_trunc('minute', f.finished_at))::bigint AS minute,
-       f.outcome, count(*)::bigint AS n
-FROM (
-    (SELECT j.finished_at, 'succeeded' AS outcome FROM {schema}.jobs j
-     WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
-     ORDER BY j.finished_at DESC LIMIT %(cap)s)
-    UNION ALL
-    (SELECT j.finished_at, 'dead' FROM {schema}.jobs j
-     WHERE j.status = 'dead' AND j.finished_at > now() - interval '1 hour'
-     ORDER BY j.finished_at DESC LIMIT %(cap)s)
-) f
-GROUP BY 1, 2
-ORDER BY 1;
+-- Jobs finished per minute over the last hour, from finished_at: for each
+-- minute and outcome an index range of jobs_finished_idx that stops at
+-- %(per_minute)s rows. A minute that reached it is estimated from the
+-- rate of those rows (the time they took to accumulate), so the cost is at
+-- most 120 short ranges however busy the system is.
+WITH minutes AS (
+    SELECT m.start, least(m.start + interval '1 minute', now()) AS stop
+    FROM generate_series(date_trunc('minute', now()) - interval '59 minutes',
+                         date_trunc('minute', now()), interval '1 minute') AS m(start)
+)
+SELECT extract(epoch FROM m.start)::bigint AS minute,
+       ok.n AS succeeded_seen, extract(epoch FROM ok.last_at - m.start)::float8 AS succeeded_span,
+       dead.n AS dead_seen, extract(epoch FROM dead.last_at - m.start)::float8 AS dead_span,
+       extract(epoch FROM m.stop - m.start)::float8 AS seconds
+FROM minutes m
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
+    FROM (SELECT j.finished_at FROM {schema}.jobs j
+          WHERE j.status = 'succeeded' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          ORDER BY j.finished_at LIMIT %(per_minute)s) x
+) ok
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
+    FROM (SELECT j.finished_at FROM {schema}.jobs j
+          WHERE j.status = 'dead' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          ORDER BY j.finished_at LIMIT %(per_minute)s) x
+) dead
+ORDER BY m.start;
 
 -- name: dashboard_job_list
 -- A keyset page of jobs, newest id first, with a status filter (the planner
@@ -199,42 +154,6 @@ WITH target AS (
 )
 SELECT u.id, t.status::text AS previous, u.status::text AS current
 FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
-
--- name: dashboard_task_stats
--- Per task over the newest %(cap)s succeeded and %(cap)s dead jobs (finished
--- index): runs, outcomes, p50/p95 of run time and of wait (attempt start
--- minus run_at), last finish and the last error.
-WITH recent AS (
-    (SELECT j.task, j.status::text AS status, j.run_at, j.attempt_started_at, j.finished_at,
-            j.last_error
-     FROM {schema}.jobs j WHERE j.status = 'succeeded'
-     ORDER BY j.finished_at DESC LIMIT %(cap)s)
-    UNION ALL
-    (SELECT j.task, j.status::text, j.run_at, j.attempt_started_at, j.finished_at, j.last_error
-     FROM {schema}.jobs j WHERE j.status = 'dead'
-     ORDER BY j.finished_at DESC LIMIT %(cap)s)
-)
-SELECT r.task, count(*)::bigint AS runs,
-       count(*) FILTER (WHERE r.status = 'succeeded')::bigint AS succeeded,
-       count(*) FILTER (WHERE r.status = 'dead')::bigint AS dead,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.finished_at - r.attempt_started_at))::float8
-           AS p50_duration_seconds,
-       percentile_cont(0.95) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.finished_at - r.attempt_started_at))::float8
-           AS p95_duration_seconds,
-       percentile_cont(0.5) WITHIN GROUP (
-           ORDER BY greatest(0, extract(epoch FROM r.attempt_started_at - r.run_at)))::float8
-           AS p50_wait_seconds,
-       percentile_cont(0.95) WITHIN GROUP (
-           ORDER BY greatest(0, extract(epoch FROM r.attempt_started_at - r.run_at)))::float8
-           AS p95_wait_seconds,
-       max(r.finished_at) AS last_finished_at,
-       (array_agg(r.last_error ORDER BY r.finished_at DESC)
-            FILTER (WHERE r.status = 'dead'))[1] AS last_error
-FROM recent r
-GROUP BY r.task
-ORDER BY r.task;
 
 -- name: dashboard_change_mark
 -- A cheap fingerprint of what changed: the newest job id and the newest

@@ -132,17 +132,63 @@ WHERE j.status IN ('queued', 'scheduled')
 GROUP BY j.task
 ORDER BY min(j.created_at);
 
+-- name: task_stats_window
+-- Where a statistics window over at most %(sample)s finished jobs starts:
+-- %(since)s, or the finish of the %(sample)s-th newest job finished since
+-- then when more did (a merge of the finished indexes' ranges, newest
+-- first: bounded however busy the system is).
+SELECT CASE WHEN count(*) < %(sample)s::integer THEN %(since)s::timestamptz
+            ELSE min(n.finished_at) END AS since
+FROM (
+    SELECT u.finished_at FROM (
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'dead' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j
+         WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
+         ORDER BY j.finished_at DESC LIMIT %(sample)s)
+        UNION ALL
+        (SELECT a.finished_at FROM {schema}.jobs_archive a
+         WHERE a.finished_at >= %(since)s
+         ORDER BY a.finished_at DESC LIMIT %(sample)s)
+    ) u
+    ORDER BY u.finished_at DESC
+    LIMIT %(sample)s
+) n;
+
 -- name: task_stats
 -- Per-task run statistics over jobs finished (or attempts ended) since
 -- %(since)s, from the hot table, its attempts and the archive; each scan is
 -- an index range on finished_at. Durations: start of the last attempt to
 -- finish; wait: run_at to start of the last attempt.
 WITH finished AS (
-    SELECT j.task, j.status::text AS status, j.attempts, j.last_error, j.finished_at,
+    -- One literal status per branch: jobs_finished_idx leads with status and
+    -- its predicate implies an IN list, which the planner would then drop
+    -- from the index condition (a scan of the whole index or table).
+    SELECT j.task, 'succeeded' AS status, j.attempts, j.last_error, j.finished_at,
            extract(epoch FROM j.finished_at - j.attempt_started_at)::float8 AS duration,
            extract(epoch FROM j.attempt_started_at - j.run_at)::float8 AS wait
     FROM {schema}.jobs j
-    WHERE j.finished_at >= %(since)s AND j.status IN ('succeeded', 'dead', 'cancelled')
+    WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    UNION ALL
+    SELECT j.task, 'dead', j.attempts, j.last_error, j.finished_at,
+           extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
+           extract(epoch FROM j.attempt_started_at - j.run_at)::float8
+    FROM {schema}.jobs j
+    WHERE j.status = 'dead' AND j.finished_at >= %(since)s
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    UNION ALL
+    SELECT j.task, 'cancelled', j.attempts, j.last_error, j.finished_at,
+           extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
+           extract(epoch FROM j.attempt_started_at - j.run_at)::float8
+    FROM {schema}.jobs j
+    WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     UNION ALL
     SELECT a.task, a.status::text, a.attempts, a.last_error, a.finished_at,
@@ -197,23 +243,19 @@ SELECT coalesce(p.task, a.task) AS task,
        greatest(coalesce(a.failed, 0) - coalesce(p.dead, 0), 0) AS retries,
        p.duration_p50, p.duration_p95, p.duration_max, p.wait_p50, p.wait_p95, p.wait_max,
        CASE WHEN a.last_error_at IS NULL OR (p.last_dead_at IS NOT NULL AND p.last_dead_at >= a.last_error_at)
-            THEN coalesce(p.last_dead_error, a.last_error) ELSE a.last_error END AS last_error
+            THEN coalesce(p.last_dead_error, a.last_error) ELSE a.last_error END AS last_error,
+       %(since)s::timestamptz AS window_start
 FROM per_task p
 FULL JOIN failed_attempts a ON a.task = p.task
 ORDER BY 1;
 
 -- name: worker_mark_lost
--- Declare workers silent for longer than %(seconds)s lost (with when).
-UPDATE {schema}.workers SET lost_at = now()
-WHERE lost_at IS NULL AND last_heartbeat_at < now() - make_interval(secs => %(seconds)s)
-RETURNING id;
+-- Declare workers silent for longer than %(seconds)s (at least 60) lost, with when.
+SELECT id FROM {schema}.mark_lost_workers(%(seconds)s) AS id;
 
 -- name: worker_prune_lost
 -- Forget workers lost for longer than %(seconds)s whose jobs were all reaped.
-DELETE FROM {schema}.workers w
-WHERE w.lost_at < now() - make_interval(secs => %(seconds)s)
-  AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'running' AND j.worker_id = w.id)
-RETURNING w.id;
+SELECT id FROM {schema}.prune_lost_workers(%(seconds)s) AS id;
 
 -- name: worker_forget
 -- Forget a worker (pgqueue workers forget): refused while it is alive
@@ -226,8 +268,8 @@ RETURNING w.id;
 
 -- name: worker_list_states
 -- Workers with their state: alive, stale (heartbeat late) or lost (with
--- when), their tasks and how many jobs they hold.
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.started_at,
+-- when), their pgqueue version, their tasks and how many jobs they hold.
+SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.version, w.started_at,
        w.last_heartbeat_at, w.lost_at,
        extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
        CASE WHEN w.lost_at IS NOT NULL THEN 'lost'

@@ -30,19 +30,26 @@ FROM {schema}.queues q
 ORDER BY q.name;
 
 -- name: metrics_status_sample
--- Up to %(cap)s jobs of each other status, counted by queue (due scheduled
--- jobs count as queued). One literal status per branch, so that each scan
--- uses its partial index.
+-- Up to cap_<status> jobs of each other status, counted by queue (due
+-- scheduled jobs count as queued), read in index order (scheduled by
+-- run_at, finished ones newest first). One literal status per branch, so
+-- that each scan ranges over its partial index. The caller passes a small
+-- cap where the planner already expects far more rows than the cap: those
+-- rows only give the per-queue shares of the planner's total.
 SELECT s.status, s.queue, count(*)::bigint AS n
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'queued' ELSE 'scheduled' END AS status, j.queue
-     FROM {schema}.jobs j WHERE j.status = 'scheduled' LIMIT %(cap)s)
+     FROM {schema}.jobs j WHERE j.status = 'scheduled'
+     ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
-    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded' LIMIT %(cap)s)
+    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded'
+     ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
-    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead' LIMIT %(cap)s)
+    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
+     ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
-    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled' LIMIT %(cap)s)
+    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
+     ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;
 
@@ -51,8 +58,9 @@ GROUP BY s.status, s.queue;
 -- ANALYZE statistics; empty before the first ANALYZE).
 SELECT v.status, round(c.reltuples * v.freq)::bigint AS estimate
 FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_stats s
-  ON s.schemaname = %(schema)s AND s.tablename = 'jobs' AND s.attname = 'status'
+  ON s.schemaname = n.nspname AND s.tablename = 'jobs' AND s.attname = 'status'
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
 WHERE c.oid = '{schema}.jobs'::regclass AND c.reltuples > 0;
 

@@ -1,28 +1,20 @@
 -- Worker registry and heartbeats.
 
 -- name: worker_register
-INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, tasks)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(tasks)s::text[])
-ON CONFLICT (id) DO UPDATE
-SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-    concurrency = EXCLUDED.concurrency, tasks = EXCLUDED.tasks, last_heartbeat_at = now(),
-    lost_at = NULL;
+-- Register (or re-register) this worker process, fenced by its secret: a
+-- row of that id under another secret is refused (0013).
+SELECT {schema}.register_worker(
+    %(worker_id)s, %(token)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
+    %(tasks)s::text[], %(version)s);
 
 -- name: worker_heartbeat
--- Mark the worker alive (re-registering it if a cleanup removed it).
--- A worker declared lost that speaks again is alive again.
-INSERT INTO {schema}.workers (id, host, pid, queues, concurrency, tasks)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(tasks)s::text[])
-ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(), lost_at = NULL;
+-- Mark the worker alive (re-registering it if a cleanup removed it); a
+-- worker declared lost that speaks again is alive again. False: the row of
+-- that id belongs to another process's secret (nothing changed).
+SELECT {schema}.heartbeat_worker(
+    %(worker_id)s, %(token)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
+    %(tasks)s::text[], %(version)s);
 
 -- name: worker_deregister
-DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
-
--- name: worker_list
--- Registered workers with the age of their last heartbeat and running job count.
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat_at,
-       extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
-       (SELECT count(*) FROM {schema}.jobs j
-        WHERE j.status = 'running' AND j.worker_id = w.id) AS running
-FROM {schema}.workers w
-ORDER BY w.started_at;
+-- Remove this worker's own row (a clean exit).
+SELECT {schema}.deregister_worker(%(worker_id)s, %(token)s);
