@@ -564,14 +564,17 @@ class App:
     ) -> Replayed:
         """Enqueue a copy of any job (e.g. a succeeded or dead one); returns
         the new id as a :class:`Replayed` (an int with ``job_id`` and
-        ``replayed_from``, the fields of ``pgqueue jobs replay --json``)."""
-        return Replayed(self.database.run(admin.replay(job_id, queue, run_at)), job_id)
+        ``replayed_from``, the fields of ``pgqueue jobs replay --json``).
+        An admin action: a producer or worker role gets PermissionDenied."""
+        op = admin.replay(job_id, queue, run_at, schema=self.schema)
+        return Replayed(self.database.run(op), job_id)
 
     async def replay_async(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
     ) -> Replayed:
         """Async twin of :meth:`replay`."""
-        return Replayed(await self.database.run_async(admin.replay(job_id, queue, run_at)), job_id)
+        op = admin.replay(job_id, queue, run_at, schema=self.schema)
+        return Replayed(await self.database.run_async(op), job_id)
 
     def requeue_dead(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""

@@ -20,8 +20,8 @@ Three kinds, each a superset of the one before:
     cannot cancel, requeue, forge a result, archive or prune,
     nor change a task's settings or limits.
 ``admin``
-    Every privilege on every object of the schema (cancel, requeue, archive,
-    prune, pause, limits, schedules). ``migrate`` and ``maintenance`` (VACUUM)
+    Every privilege on every object of the schema (cancel, requeue, replay,
+    archive, prune, pause, limits, schedules). ``migrate`` and ``maintenance`` (VACUUM)
     need the rights of the schema's *owner*, which no GRANT on objects gives:
     the admin is made a member of the owner role, unless the owner is a
     superuser (membership would hand out superuser; then those two commands
@@ -86,7 +86,8 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SELECT", ("tasks", "task_settings")),
 )
 # Explicit EXECUTE (revision 0005 revokes it from PUBLIC). Names are unique
-# in the schema: no signatures.
+# in the schema: no signatures. A function in neither list is for admins only
+# (e.g. replay_job, 0014: a copy of any job, payload included).
 _PRODUCER_FUNCTIONS = (
     "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "visible_status",
     "watch_job", "job_status",

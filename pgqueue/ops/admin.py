@@ -15,6 +15,7 @@ from pgqueue.errors import (
     InvalidJobState,
     InvalidOption,
     JobNotFound,
+    PermissionDenied,
 )
 from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
@@ -38,22 +39,45 @@ def _cancel(job_id: int) -> Op[JobStatus]:
     raise InvalidJobState(f"job {job_id} already finished ({current[0]}): nothing to cancel")
 
 
-def replay(job_id: int, queue: str | None = None, run_at: datetime | None = None) -> Op[int]:
-    """Enqueue a copy of a job (any state); returns the new job's id (or the
-    live duplicate's id when the copy's dedup key is taken)."""
+def replay(
+    job_id: int,
+    queue: str | None = None,
+    run_at: datetime | None = None,
+    *,
+    schema: str = "pgqueue",
+) -> Op[int]:
+    """Enqueue a copy of a job (any state) through the admin-only SQL function
+    ``replay_job``; returns the new job's id (or the live duplicate's id when
+    the copy's dedup key is taken). ``schema`` only words the refusal."""
     params = {
         "job_id": _job_id(job_id),
         "queue": validation.queue_name(queue) if queue is not None else None,
         "run_at": validation.aware("run_at", run_at) if run_at is not None else None,
     }
-    return _replay(params)
+    return _replay(params, schema)
 
 
-def _replay(params: dict[str, Any]) -> Op[int]:
-    row = yield Execute("job_replay", params, fetch="one")
+def _replay(params: dict[str, Any], schema: str) -> Op[int]:
+    try:
+        row = yield Execute("job_replay", params, fetch="one")
+    except PermissionDenied as exc:
+        raise PermissionDenied(_replay_refused(str(exc), schema), sqlstate=exc.sqlstate) from None
     if row is None:
         raise JobNotFound(params["job_id"])
     return int(row[0])
+
+
+def _replay_refused(refusal: str, schema: str) -> str:
+    """Why a producer or worker may not replay, and who may."""
+    # The translated refusal ends in advice to grant the connected role its
+    # kind again, which would not help here: keep only what the server said.
+    said = refusal.split(": grant the role", 1)[0]
+    command = "pgqueue grant" if schema == "pgqueue" else f"pgqueue --schema {schema} grant"
+    return (
+        f"replay is an admin action ({said}): producers and workers may not copy jobs; "
+        f'replay as the owner of schema "{schema}" or as a role given '
+        f"`{command} --role ROLE --admin`"
+    )
 
 
 def requeue_dead(job_id: int) -> Op[None]:

@@ -91,26 +91,10 @@ LIMIT 1;
 
 -- name: job_replay
 -- Enqueue a copy of a job (any state, hot or archived), optionally into
--- another queue or at another time. Returns (job_id, created) like enqueue.
-SELECT b.job_id, b.created
-FROM (
-    SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
-    FROM {schema}.jobs WHERE id = %(job_id)s
-    UNION ALL
-    SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
-    FROM {schema}.jobs_archive WHERE id = %(job_id)s
-    LIMIT 1
-) src
-CROSS JOIN LATERAL {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-    'task', src.task, 'payload', src.payload,
-    'queue', coalesce(%(queue)s::text, src.queue), 'priority', src.priority,
-    'run_at', coalesce(%(run_at)s::timestamptz, now()), 'max_attempts', src.max_attempts,
-    'lease_seconds', src.lease_seconds, 'dedup_key', src.dedup_key,
-    'serial_key', src.serial_key,
-    'backoff', CASE WHEN src.backoff_base IS NOT NULL THEN jsonb_build_array(
-        src.backoff_base, src.backoff_factor, src.backoff_max, src.backoff_jitter) END)))) b;
+-- another queue or at another time: replay_job (0014), which only the
+-- schema's owner and admins may execute. Returns (job_id, created) like
+-- enqueue; no row when the job does not exist.
+SELECT job_id, created FROM {schema}.replay_job(%(job_id)s, %(queue)s::text, %(run_at)s::timestamptz);
 
 -- name: job_requeue_dead
 -- Dead jobs back to queued now, with one more attempt allowed when their
