@@ -86,7 +86,8 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Explicit EXECUTE (revision 0005 revokes it from PUBLIC). Names are unique
 # in the schema: no signatures.
 _PRODUCER_FUNCTIONS = (
-    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "visible_status",
+    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
+    "visible_status",
     "watch_job", "job_status",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (

@@ -145,6 +145,23 @@ def encode_batch(
     return f'{{"dedup":{_dumps(dedup)},"jobs":{doc}}}'
 
 
+def encode_payload(payload: Any, max_payload_bytes: int) -> str:
+    """The JSON text of one job's payload, with the checks of :func:`encode_batch`."""
+    try:
+        doc = _dumps(payload)
+        data = doc.encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        doc, data = "", b""
+    if (
+        not data
+        or len(data) > max_payload_bytes
+        or "\\u0000" in doc
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH)
+    ):
+        _explain_item(-1, payload, max_payload_bytes)
+    return doc
+
+
 class UnstoredResult(str):
     """Stands in for a task's return value that cannot be stored (not JSON,
     too big, ...); the text says why. The job still succeeds: its

@@ -3,6 +3,5 @@
 __version__ = "0.1.0"
 
 #: The Alembic head revision this code expects (checked by tests against migrations/).
-#: 0006 (task registry) runs after 0010, the newest revision on main
-#: (chain: 0004, 0007, 0009, 0005, 0008, 0010, 0006).
-SCHEMA_REVISION = "0006"
+#: (chain: 0004, 0007, 0009, 0005, 0008, 0010, 0006, 0012).
+SCHEMA_REVISION = "0012"

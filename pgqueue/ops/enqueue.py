@@ -9,7 +9,7 @@ from pgqueue import validation
 from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
-from pgqueue.payloads import encode_batch
+from pgqueue.payloads import encode_batch, encode_payload
 from pgqueue.queries import QueryName
 from pgqueue.telemetry import tracing
 
@@ -140,9 +140,32 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
-    """Enqueue one job."""
+    """Enqueue one job: through ``enqueue_job`` (scalar parameters, no batch
+    document) unless it needs the batch functions (dedup_window/debounce, or
+    a trace context to store)."""
     builder = _JobBuilder(ctx)
-    return _first(_insert(builder.batch([spec]), builder.queues, 1, builder.query()))
+    job = builder.build(spec)
+    if builder.windowed or tracing.enabled():
+        doc = encode_batch([job], ctx.max_payload_bytes)
+        return _first(_insert(doc, builder.queues, 1, builder.query()))
+    return _insert_one(job, encode_payload(job["payload"], ctx.max_payload_bytes))
+
+
+def _insert_one(job: dict[str, Any], payload: str) -> Op[Enqueued]:
+    params = dict.fromkeys(_ONE_FIELDS)
+    params.update(job)
+    params["payload"] = payload
+    params["lookup"] = job.get("lookup", False)
+    rows = yield Execute("job_enqueue_one", params)
+    job_id, created = rows[0]
+    return Enqueued(job_id, created)
+
+
+# The parameters of job_enqueue_one; a field a job object leaves out is NULL.
+_ONE_FIELDS = (
+    "task", "payload", "queue", "priority", "run_at", "delay", "max_attempts", "lease_seconds",
+    "dedup_key", "serial_key", "backoff", "lookup", "default_priority",
+)  # fmt: skip
 
 
 def _insert(
