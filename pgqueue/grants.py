@@ -87,6 +87,7 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # in the schema: no signatures.
 _PRODUCER_FUNCTIONS = (
     "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
+    "enqueue_payloads",
     "visible_status",
     "watch_job", "job_status",
 )  # fmt: skip

@@ -162,6 +162,31 @@ def encode_payload(payload: Any, max_payload_bytes: int) -> str:
     return doc
 
 
+def encode_payloads(payloads: list[Any], max_payload_bytes: int) -> str:
+    """The JSON array of many jobs' payloads, each checked as in :func:`encode_batch`."""
+    try:
+        doc = _dumps(payloads)
+        data = doc.encode("utf-8")
+        encoded_len = len(data)
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        doc, data, encoded_len = "", b"", -1
+    # The array nests every payload one level deeper.
+    if (
+        encoded_len < 0
+        or encoded_len > max_payload_bytes
+        or "\\u0000" in doc
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH + 1)
+    ):
+        for i, payload in enumerate(payloads):
+            _explain_item(i if len(payloads) > 1 else -1, payload, max_payload_bytes)
+    return doc
+
+
+def encode_options(job: dict[str, Any]) -> str:
+    """The JSON text of a job object without its payload (validated options)."""
+    return _dumps(job)
+
+
 class UnstoredResult(str):
     """Stands in for a task's return value that cannot be stored (not JSON,
     too big, ...); the text says why. The job still succeeds: its

@@ -19,6 +19,7 @@ from pgqueue._resources import sql_dir
 
 QueryName = Literal[
     "job_enqueue_one",
+    "job_enqueue_payloads",
     "job_enqueue_batch",
     "job_enqueue_windowed",
     "job_lease",

@@ -235,8 +235,9 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         # 0010: the partitioned archive's functions create and drop tables as the owner.
         "archive_partitions_ensure", "archive_partitions_drop",
         "archive_partition_prepare", "archive_partition_switch",
-        # 0012: one job from scalar arguments (the App's single enqueue).
-        "enqueue_job",
+        # 0012: one job from scalar arguments (the App's single enqueue), and
+        # many jobs that differ only in their payload.
+        "enqueue_job", "enqueue_payloads",
     }  # fmt: skip
     for name in definers:
         assert functions[name][1][0] == pinned[0], name

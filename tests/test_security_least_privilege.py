@@ -298,6 +298,57 @@ def test_a_producer_enqueues_one_job_through_enqueue_job(producer: Role, db_dsn:
     assert row == ({"n": 1}, 3, "queued")
 
 
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        ([1, 2], "payload must be a JSON object (job #3 of the batch)"),
+        ("text", "payload must be a JSON object (job #3 of the batch)"),
+        ({"d": deep(300)}, "nested deeper than 256"),
+        ({"big": "x" * (1 << 20)}, "over the 1048576-byte limit (job #3 of the batch)"),
+    ],
+)
+def test_enqueue_payloads_validates_every_payload(
+    producer: Role, db_dsn: str, payload: Any, fragment: str
+) -> None:
+    """0012's bulk path (jobs that differ only in payload), as a producer:
+    refused with the job named, nothing written."""
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn,
+        "SELECT pgqueue.enqueue_payloads(%s, %s)",
+        fragment,
+        (Jsonb({"task": "t"}), Jsonb([{}, {"a": 1}, payload, {}])),
+    )
+    assert snapshot(db_dsn) == before
+
+
+@pytest.mark.parametrize(("job", "fragment"), [(dict(j), f) for j, f in POISONED_FIELDS[:11]])
+def test_enqueue_payloads_validates_the_shared_fields(
+    producer: Role, db_dsn: str, job: dict[str, Any], fragment: str
+) -> None:
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn, "SELECT pgqueue.enqueue_payloads(%s, %s)", fragment,
+        (Jsonb(job), Jsonb([{}, {}])),
+    )  # fmt: skip
+    refused_by_validation(
+        producer.dsn, "SELECT pgqueue.enqueue_payloads(%s, %s)", "without payload, dedup_key",
+        (Jsonb({"task": "t", "dedup_key": "k"}), Jsonb([{}, {}])),
+    )  # fmt: skip
+    assert snapshot(db_dsn) == before
+
+
+def test_a_producer_enqueues_many_payloads(producer: Role, db_dsn: str) -> None:
+    producer_app = pgqueue.App(dsn=producer.dsn)
+    try:
+        results = producer_app.enqueue_many([pgqueue.JobSpec("t", {"i": i}) for i in range(5)])
+    finally:
+        producer_app.close()
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, payload FROM pgqueue.jobs ORDER BY id").fetchall()
+    assert rows == [(r.job_id, {"i": i}) for i, r in enumerate(results)]
+
+
 # --- the debounce path (0007) holds payloads to the same rules (0012) ---------------------
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
-from pgqueue.payloads import encode_batch, encode_payload
+from pgqueue.payloads import encode_batch, encode_options, encode_payload, encode_payloads
 from pgqueue.queries import QueryName
 from pgqueue.telemetry import tracing
 
@@ -136,7 +137,36 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
+    if len(specs) > 1 and _only_payloads_differ(specs) and not tracing.enabled():
+        return _insert_payloads(ctx, builder, specs)
     return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
+
+
+def _only_payloads_differ(specs: Sequence[JobSpec]) -> bool:
+    """Whether the jobs share every field but their payload and have no dedup
+    key (the common bulk enqueue): then ``enqueue_payloads`` takes them."""
+    first = specs[0]
+    if first.dedup_key is not None or first.dedup_window is not None or first.debounce is not None:
+        return False
+    shared = _ALL_BUT_PAYLOAD(first)
+    return all(map(shared.__eq__, map(_ALL_BUT_PAYLOAD, specs)))
+
+
+# Every JobSpec field but the payload (one C call per spec).
+_ALL_BUT_PAYLOAD = itemgetter(*(i for i, name in enumerate(JobSpec._fields) if name != "payload"))
+
+
+def _insert_payloads(
+    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec]
+) -> Op[list[Enqueued]]:
+    job = builder.build(specs[0])  # validates the shared fields once
+    del job["payload"]
+    payload = validation.payload_object
+    doc = encode_payloads([payload(s.payload) for s in specs], ctx.max_payload_bytes)
+    rows = yield Execute("job_enqueue_payloads", {"job": encode_options(job), "payloads": doc})
+    # (tuple.__new__: a named tuple's own __new__ is a Python call per job)
+    new = tuple.__new__
+    return [new(Enqueued, (job_id, True)) for job_id in rows[0][0]]
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:

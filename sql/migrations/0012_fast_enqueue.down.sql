@@ -1,4 +1,4 @@
--- Reverts 0012_fast_enqueue: enqueue_job goes; enqueue_plain (0006) and
+-- Reverts 0012_fast_enqueue: enqueue_job and enqueue_payloads go; enqueue_plain (0006) and
 -- dedup_claim (0007) get their previous bodies back.
 
 DO $$
@@ -107,5 +107,6 @@ BEGIN
 END;
 $$;
 
+DROP FUNCTION {schema}.enqueue_payloads(jsonb, jsonb);
 DROP FUNCTION {schema}.enqueue_job(text, jsonb, text, integer, timestamptz, float8, integer, integer,
                                    text, text, real[], boolean, integer);

@@ -8,6 +8,12 @@
 --   one notification, quotas). The Python App uses it for every single
 --   enqueue without dedup_window/debounce or a trace context; the SQL API's
 --   plain path (enqueue_plain, behind enqueue()) calls it too.
+-- * enqueue_payloads: a batch whose jobs differ only in their payload (the
+--   common bulk enqueue: one task, many payloads). The shared fields are
+--   validated and defaulted once (enqueue_input of one job), the payloads
+--   arrive as one JSON array (a tenth of the bytes of an array of job
+--   objects to parse) and are checked set-wise, the ids come back as one
+--   array in input order. All or nothing; one notification.
 -- * dedup_claim (0007): the debounce path replaced a queued job's payload
 --   checking only its shape. It now refuses what every other enqueue path
 --   refuses: a payload over limits.max_payload_bytes, and a debounce that
@@ -155,6 +161,83 @@ BEGIN
 END;
 $$;
 
+-- Enqueue one job per element of p_payloads (a JSON array of objects; a
+-- JSON null stands for {} as in a job object), every job with the fields of
+-- p_job (a job object as in enqueue_batch, without payload and without
+-- dedup_key, dedup_window or debounce: those are per job). Returns the new
+-- ids in input order. Everything is validated before the first id is drawn.
+CREATE FUNCTION {schema}.enqueue_payloads(p_job jsonb, p_payloads jsonb)
+RETURNS bigint[]
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = auto
+SET jit = off
+AS $$
+DECLARE
+    v_job       record;
+    v_count     integer;
+    v_max_bytes integer;
+    v_quotas    boolean;
+    v_ids       bigint[];
+BEGIN
+    IF jsonb_typeof(p_job) IS DISTINCT FROM 'object'
+       OR p_job ?| ARRAY['payload', 'dedup_key', 'dedup_window', 'debounce'] THEN
+        RAISE EXCEPTION 'pgqueue: enqueue_payloads takes a job object without payload, dedup_key, dedup_window or debounce'
+            USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_payloads) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'pgqueue: enqueue_payloads takes a JSON array of payloads'
+            USING ERRCODE = '22023';
+    END IF;
+    v_count := jsonb_array_length(p_payloads);
+    IF v_count = 0 THEN
+        RETURN '{}';
+    END IF;
+    SELECT l.max_payload_bytes, l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
+    INTO v_max_bytes, v_quotas FROM {schema}.limits l;
+    -- The shared fields: checked and defaulted once, exactly as for one job.
+    SELECT i.* INTO v_job FROM {schema}.enqueue_input(jsonb_build_array(p_job)) i;
+    -- Every payload, before any id is drawn: plain expressions, else
+    -- check_job names the problem and the job.
+    PERFORM count(*)
+    FROM jsonb_array_elements(p_payloads) WITH ORDINALITY AS e(payload, ord)
+    WHERE NOT coalesce(jsonb_typeof(e.payload) IN ('object', 'null')
+                       AND pg_column_size(e.payload) * 8 <= least(8000, v_max_bytes), false)
+      AND {schema}.check_job(
+              CASE WHEN v_count > 1 THEN e.ord END, v_job.task, e.payload, v_job.queue,
+              v_job.priority, v_job.run_at, NULL, v_job.max_attempts, v_job.lease_seconds,
+              NULL, v_job.serial_key, NULL, coalesce(v_max_bytes, 1048576));
+
+    -- jsonb_array_elements yields the payloads in order and nextval runs in
+    -- that order: sorted ids are input order.
+    WITH inserted AS (
+        INSERT INTO {schema}.jobs AS j (
+            id, task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
+            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
+        SELECT nextval('{schema}.jobs_id_seq'), v_job.task,
+               CASE WHEN jsonb_typeof(e.payload) = 'null' THEN '{}'::jsonb ELSE e.payload END,
+               v_job.queue, v_job.priority, v_job.run_at, v_job.status, v_job.max_attempts,
+               v_job.lease_seconds, v_job.serial_key, v_job.backoff_base, v_job.backoff_factor,
+               v_job.backoff_max, v_job.backoff_jitter
+        FROM jsonb_array_elements(p_payloads) AS e(payload)
+        RETURNING j.id
+    )
+    SELECT array_agg(i.id ORDER BY i.id) INTO v_ids FROM inserted i;
+
+    IF NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = v_job.queue) THEN
+        INSERT INTO {schema}.queues (name) VALUES (v_job.queue) ON CONFLICT (name) DO NOTHING;
+    END IF;
+    PERFORM {schema}.notify_enqueued(v_job.queue, v_count,
+                                     CASE WHEN v_job.status = 'queued' THEN v_count ELSE 0 END,
+                                     v_ids[1]);
+    IF v_quotas THEN
+        PERFORM {schema}.check_quotas(jsonb_build_array(jsonb_build_object('queue', v_job.queue)));
+    END IF;
+    RETURN v_ids;
+END;
+$$;
+
 -- The SQL API's plain path (behind enqueue()), as in 0006, through enqueue_job.
 CREATE OR REPLACE FUNCTION {schema}.enqueue_plain(
     task         text,
@@ -258,7 +341,8 @@ $$;
 
 REVOKE EXECUTE ON FUNCTION
     {schema}.enqueue_job(text, jsonb, text, integer, timestamptz, float8, integer, integer,
-                         text, text, real[], boolean, integer)
+                         text, text, real[], boolean, integer),
+    {schema}.enqueue_payloads(jsonb, jsonb)
 FROM PUBLIC;
 
 -- Roles that could enqueue keep that right through the new function
@@ -276,6 +360,7 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION {schema}.enqueue_job(text, jsonb, text, integer, '
                        'timestamptz, float8, integer, integer, text, text, real[], boolean, integer) TO %s',
                        v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION {schema}.enqueue_payloads(jsonb, jsonb) TO %s', v_role);
     END LOOP;
 END;
 $grants$;

@@ -12,6 +12,11 @@ SELECT job_id, created FROM {schema}.enqueue_job(
     %(lease_seconds)s::integer, %(dedup_key)s::text, %(serial_key)s::text,
     %(backoff)s::real[], %(lookup)s::boolean, %(default_priority)s::integer);
 
+-- name: job_enqueue_payloads
+-- Enqueue one job per payload of a JSON array, all with the fields of one job
+-- object (no payload or dedup key in it); the new ids in input order, as an array.
+SELECT {schema}.enqueue_payloads(%(job)s::jsonb, %(payloads)s::jsonb);
+
 -- name: job_enqueue_batch
 -- Enqueue a JSON array of job objects; one row (job_id, created) per input, in order.
 SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
