@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import re
+from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import PurePath
@@ -15,6 +16,28 @@ from uuid import UUID
 from pgqueue.errors import InvalidPayload, PayloadTooLarge
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _not_serialisable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _fast_dumps() -> Callable[[Any], str]:
+    """``_dumps`` for the enqueue hot paths: the C encoder made once (the
+    json module makes one per call) and without the circular-reference
+    check (a cycle ends in RecursionError, and the caller then explains the
+    payload with ``_dumps``)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - no C accelerator
+        return _dumps
+    iterencode = make(
+        None, _not_serialisable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    join = "".join
+    return lambda value: join(iterencode(value, 0))
+
+
+_dumps_fast = _fast_dumps()
 
 #: How deep a payload (or result) may nest arrays and objects, itself counting
 #: as one. PostgreSQL stores far deeper JSON, but psycopg reads jsonb with
@@ -124,7 +147,7 @@ def encode_batch(
     to name the culprit.
     """
     try:
-        doc = _dumps(jobs)
+        doc = _dumps_fast(jobs)
         data = doc.encode("utf-8")
         encoded_len = len(data)
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
@@ -148,7 +171,7 @@ def encode_batch(
 def encode_payload(payload: Any, max_payload_bytes: int) -> str:
     """The JSON text of one job's payload, with the checks of :func:`encode_batch`."""
     try:
-        doc = _dumps(payload)
+        doc = _dumps_fast(payload)
         data = doc.encode("utf-8")
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
         doc, data = "", b""
@@ -165,7 +188,7 @@ def encode_payload(payload: Any, max_payload_bytes: int) -> str:
 def encode_payloads(payloads: list[Any], max_payload_bytes: int) -> str:
     """The JSON array of many jobs' payloads, each checked as in :func:`encode_batch`."""
     try:
-        doc = _dumps(payloads)
+        doc = _dumps_fast(payloads)
         data = doc.encode("utf-8")
         encoded_len = len(data)
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
@@ -184,7 +207,7 @@ def encode_payloads(payloads: list[Any], max_payload_bytes: int) -> str:
 
 def encode_options(job: dict[str, Any]) -> str:
     """The JSON text of a job object without its payload (validated options)."""
-    return _dumps(job)
+    return _dumps_fast(job)
 
 
 class UnstoredResult(str):

@@ -36,7 +36,7 @@ class _JobBuilder:
         key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
         base = self.bases.get(key)
         if base is None:
-            base = self.bases[key] = self._base(spec)
+            base = self.bases[key] = self._shared_base(key, spec)
         obj = {**base, "payload": validation.payload_object(spec.payload)}
         if spec.delay is not None:
             if spec.run_at is not None:
@@ -54,6 +54,28 @@ class _JobBuilder:
             obj.update(_over_time(spec))
             self.windowed = True
         return obj
+
+    def _shared_base(self, key: tuple[Any, ...], spec: JobSpec) -> dict[str, Any]:
+        """``_base``, remembered across calls (one enqueue after another with
+        the same options validates them once) while the task's defaults are
+        the same object. The types are part of the key: 1, 1.0 and True are
+        equal keys, but only 1 is a valid priority."""
+        key = (*key, *map(type, key))
+        try:
+            hit = _BASES.get(key)
+        except TypeError:  # unhashable options: _base says what is wrong
+            hit = None
+        if hit is not None:
+            defaults, base, queue = hit
+            if self.ctx.task_defaults(spec.task) is defaults:
+                self.queues.add(queue)
+                return base
+        base = self._base(spec)
+        queue = base.get("queue", "" if base.get("lookup") else DEFAULT_TASK.queue)
+        if len(_BASES) >= 1024:
+            _BASES.clear()
+        _BASES[key] = (self.ctx.task_defaults(spec.task), base, queue)
+        return base
 
     def _base(self, spec: JobSpec) -> dict[str, Any]:
         task = validation.task_name(spec.task)
@@ -105,6 +127,12 @@ class _JobBuilder:
     def query(self) -> QueryName:
         """The statement for the batch built last."""
         return "job_enqueue_windowed" if self.windowed else "job_enqueue_batch"
+
+
+# Validated job options by (task, queue, priority, max_attempts), with the
+# task defaults they were made from and the queue for the trace span. Never
+# mutated: job objects are copies.
+_BASES: dict[tuple[Any, ...], tuple[Any, dict[str, Any], str]] = {}
 
 
 def _over_time(spec: JobSpec) -> dict[str, float]:
