@@ -4,7 +4,8 @@ Three kinds, each a superset of the one before:
 
 ``producer``
     Enqueue (the SQL functions ``enqueue`` and ``enqueue_batch``, which run as
-    their owner since revision 0003) and read jobs: ``get_job``,
+    their owner since revision 0003, and the App's fast paths ``enqueue_job``
+    and ``enqueue_payloads`` of revision 0012) and read jobs: ``get_job``,
     ``list_jobs``, ``result`` (``watch_job``), ``job_status``. No INSERT,
     UPDATE or DELETE on any table: it can neither lock nor change a job row.
 ``worker``
