@@ -4,7 +4,8 @@ Three kinds, each a superset of the one before:
 
 ``producer``
     Enqueue (the SQL functions ``enqueue`` and ``enqueue_batch``, which run as
-    their owner since revision 0003) and read jobs: ``get_job``,
+    their owner since revision 0003, and the App's fast paths ``enqueue_job``
+    and ``enqueue_payloads`` of revision 0012) and read jobs: ``get_job``,
     ``list_jobs``, ``result`` (``watch_job``), ``job_status``. No INSERT,
     UPDATE or DELETE on any table: it can neither lock nor change a job row.
 ``worker``
@@ -89,7 +90,9 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # in the schema: no signatures. A function in neither list is for admins only
 # (e.g. replay_job, 0014: a copy of any job, payload included).
 _PRODUCER_FUNCTIONS = (
-    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "visible_status",
+    "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
+    "enqueue_payloads",
+    "visible_status",
     "watch_job", "job_status",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (

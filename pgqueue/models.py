@@ -48,10 +48,10 @@ class Enqueued(NamedTuple):
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
+class JobSpec(NamedTuple):
     """One job for :meth:`pgqueue.App.enqueue_many`; ``None`` fields take the
-    task's defaults (or the queue's)."""
+    task's defaults (or the queue's). Immutable; a named tuple because a bulk
+    enqueue builds one per job (about 3 times cheaper than a frozen dataclass)."""
 
     task: str
     payload: dict[str, Any] | None = None

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import re
+from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import PurePath
@@ -15,6 +16,28 @@ from uuid import UUID
 from pgqueue.errors import InvalidPayload, PayloadTooLarge
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _not_serialisable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _fast_dumps() -> Callable[[Any], str]:
+    """``_dumps`` for the enqueue hot paths: the C encoder made once (the
+    json module makes one per call) and without the circular-reference
+    check (a cycle ends in RecursionError, and the caller then explains the
+    payload with ``_dumps``)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - no C accelerator
+        return _dumps
+    iterencode = make(
+        None, _not_serialisable, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+    join = "".join
+    return lambda value: join(iterencode(value, 0))
+
+
+_dumps_fast = _fast_dumps()
 
 #: How deep a payload (or result) may nest arrays and objects, itself counting
 #: as one. PostgreSQL stores far deeper JSON, but psycopg reads jsonb with
@@ -124,7 +147,7 @@ def encode_batch(
     to name the culprit.
     """
     try:
-        doc = _dumps(jobs)
+        doc = _dumps_fast(jobs)
         data = doc.encode("utf-8")
         encoded_len = len(data)
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
@@ -143,6 +166,48 @@ def encode_batch(
     if dedup is None:
         return doc
     return f'{{"dedup":{_dumps(dedup)},"jobs":{doc}}}'
+
+
+def encode_payload(payload: Any, max_payload_bytes: int) -> str:
+    """The JSON text of one job's payload, with the checks of :func:`encode_batch`."""
+    try:
+        doc = _dumps_fast(payload)
+        data = doc.encode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        doc, data = "", b""
+    if (
+        not data
+        or len(data) > max_payload_bytes
+        or "\\u0000" in doc
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH)
+    ):
+        _explain_item(-1, payload, max_payload_bytes)
+    return doc
+
+
+def encode_payloads(payloads: list[Any], max_payload_bytes: int) -> str:
+    """The JSON array of many jobs' payloads, each checked as in :func:`encode_batch`."""
+    try:
+        doc = _dumps_fast(payloads)
+        data = doc.encode("utf-8")
+        encoded_len = len(data)
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        doc, data, encoded_len = "", b"", -1
+    # The array nests every payload one level deeper.
+    if (
+        encoded_len < 0
+        or encoded_len > max_payload_bytes
+        or "\\u0000" in doc
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH + 1)
+    ):
+        for i, payload in enumerate(payloads):
+            _explain_item(i if len(payloads) > 1 else -1, payload, max_payload_bytes)
+    return doc
+
+
+def encode_options(job: dict[str, Any]) -> str:
+    """The JSON text of a job object without its payload (validated options)."""
+    return _dumps_fast(job)
 
 
 class UnstoredResult(str):

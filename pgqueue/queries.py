@@ -18,6 +18,8 @@ from psycopg import sql
 from pgqueue._resources import sql_dir
 
 QueryName = Literal[
+    "job_enqueue_one",
+    "job_enqueue_payloads",
     "job_enqueue_batch",
     "job_enqueue_windowed",
     "job_lease",

@@ -368,6 +368,45 @@ def test_enqueue_many_ten_thousand_jobs(app: pgqueue.App, job_factory: JobFactor
     assert rows == [(job_id, i) for i, job_id in enumerate(ids)]
 
 
+def test_enqueue_many_of_one_task_stores_the_shared_options_with_every_job(
+    app: pgqueue.App, job_factory: JobFactory
+) -> None:
+    """Jobs that differ only in their payload go through enqueue_payloads
+    (0012): every shared option and default lands on every job, in order."""
+
+    @app.task(name="shared", queue="qs", max_attempts=7, lease_seconds=90)
+    def shared(**_: Any) -> None: ...
+
+    specs = [
+        pgqueue.JobSpec("shared", {"i": i}, priority=4, delay=3600, serial_key="s")
+        for i in range(300)
+    ]
+    specs[5] = specs[5]._replace(payload=None)
+    results = app.enqueue_many(specs)
+
+    ids = [r.job_id for r in results]
+    assert all(r.created for r in results)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 300
+    for i, job_id in enumerate(ids):
+        row = job_factory.row(job_id)
+        assert row["payload"] == ({} if i == 5 else {"i": i})
+        assert (row["task"], row["queue"], row["priority"], row["status"]) == (
+            "shared", "qs", 4, "scheduled",
+        )  # fmt: skip
+        assert (row["max_attempts"], row["lease_seconds"], row["serial_key"]) == (7, 90, "s")
+
+
+def test_enqueue_many_refuses_a_bad_payload_among_shared_options(
+    app: pgqueue.App, job_factory: JobFactory
+) -> None:
+    specs = [pgqueue.JobSpec("t", {"i": i}) for i in range(10)]
+    specs[7] = pgqueue.JobSpec("t", {"big": "x" * (2 << 20)})
+    with pytest.raises(pgqueue.PayloadTooLarge, match="job #7"):
+        app.enqueue_many(specs)
+    assert job_factory.conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (0,)
+
+
 class CountingCursor(psycopg.Cursor[Any]):
     """Counts the statements sent through the caller's connection."""
 

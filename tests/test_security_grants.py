@@ -222,6 +222,8 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
     assert functions["enqueue_plain"] == (True, pinned, False)
     assert functions["enqueue_windowed"] == (True, pinned, False)
     assert functions["dedup_claim"] == (False, None, False)
+    definer, config, public = functions["enqueue_job"]
+    assert (definer, config[:1], public) == (True, pinned, False)
     definers = {name for name, (definer, _, _) in functions.items() if definer}
     # 0005: every change a producer or worker makes goes through a definer function.
     assert definers == {
@@ -237,6 +239,9 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         # 0010: the partitioned archive's functions create and drop tables as the owner.
         "archive_partitions_ensure", "archive_partitions_drop",
         "archive_partition_prepare", "archive_partition_switch",
+        # 0012: one job from scalar arguments (the App's single enqueue), and
+        # many jobs that differ only in their payload.
+        "enqueue_job", "enqueue_payloads",
     }  # fmt: skip
     for name in definers:
         assert functions[name][1][0] == pinned[0], name

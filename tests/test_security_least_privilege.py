@@ -248,6 +248,169 @@ def test_enqueue_batch_validates_every_field_like_enqueue(
     assert snapshot(db_dsn) == before
 
 
+def _enqueue_job_call(job: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The statement calling enqueue_job (0012) with ``job``'s fields as named arguments."""
+    args, params = [], []
+    for key, value in job.items():
+        if key == "payload":
+            args.append("p_payload => %s")
+            params.append(Jsonb(value))
+        elif key == "backoff":
+            args.append("p_backoff => %s::real[]")
+            params.append("{" + ",".join(str(v) for v in value) + "}")
+        else:
+            args.append(f"p_{key} => %s")
+            params.append(value)
+    return f"SELECT * FROM pgqueue.enqueue_job({', '.join(args)})", params
+
+
+@pytest.mark.parametrize(("job", "fragment"), POISONED_FIELDS)
+def test_enqueue_job_validates_every_field_like_enqueue(
+    producer: Role, db_dsn: str, job: dict[str, Any], fragment: str
+) -> None:
+    """0012's single-job path (the App's enqueue) refuses what enqueue_batch refuses."""
+    before = snapshot(db_dsn)
+    statement, params = _enqueue_job_call(job)
+    message = refused_by_validation(producer.dsn, statement, fragment, params)
+    assert "of the batch" not in message
+    assert "\x1b" not in message
+    assert "\n" not in message
+    assert snapshot(db_dsn) == before
+
+
+def test_a_producer_enqueues_one_job_through_enqueue_job(producer: Role, db_dsn: str) -> None:
+    """The producer holds no write privilege on jobs, yet its single enqueue
+    (the App's fast path) works, with dedup as in enqueue_batch."""
+    producer_app = pgqueue.App(dsn=producer.dsn)
+    try:
+        first = producer_app.enqueue("t", {"n": 1}, dedup_key="once", priority=3)
+        again = producer_app.enqueue("t", {"n": 2}, dedup_key="once")
+    finally:
+        producer_app.close()
+    assert first.created
+    assert again == pgqueue.Enqueued(first.job_id, False)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT payload, priority, status::text FROM pgqueue.jobs WHERE id = %s",
+            (first.job_id,),
+        ).fetchone()
+        assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (1,)
+    assert row == ({"n": 1}, 3, "queued")
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        ([1, 2], "payload must be a JSON object (job #3 of the batch)"),
+        ("text", "payload must be a JSON object (job #3 of the batch)"),
+        ({"d": deep(300)}, "nested deeper than 256"),
+        ({"big": "x" * (1 << 20)}, "over the 1048576-byte limit (job #3 of the batch)"),
+    ],
+)
+def test_enqueue_payloads_validates_every_payload(
+    producer: Role, db_dsn: str, payload: Any, fragment: str
+) -> None:
+    """0012's bulk path (jobs that differ only in payload), as a producer:
+    refused with the job named, nothing written."""
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn,
+        "SELECT pgqueue.enqueue_payloads(%s, %s)",
+        fragment,
+        (Jsonb({"task": "t"}), Jsonb([{}, {"a": 1}, payload, {}])),
+    )
+    assert snapshot(db_dsn) == before
+
+
+@pytest.mark.parametrize(("job", "fragment"), [(dict(j), f) for j, f in POISONED_FIELDS[:11]])
+def test_enqueue_payloads_validates_the_shared_fields(
+    producer: Role, db_dsn: str, job: dict[str, Any], fragment: str
+) -> None:
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn, "SELECT pgqueue.enqueue_payloads(%s, %s)", fragment,
+        (Jsonb(job), Jsonb([{}, {}])),
+    )  # fmt: skip
+    refused_by_validation(
+        producer.dsn, "SELECT pgqueue.enqueue_payloads(%s, %s)", "without payload, dedup_key",
+        (Jsonb({"task": "t", "dedup_key": "k"}), Jsonb([{}, {}])),
+    )  # fmt: skip
+    assert snapshot(db_dsn) == before
+
+
+def test_a_producer_enqueues_many_payloads(producer: Role, db_dsn: str) -> None:
+    producer_app = pgqueue.App(dsn=producer.dsn)
+    try:
+        results = producer_app.enqueue_many([pgqueue.JobSpec("t", {"i": i}) for i in range(5)])
+    finally:
+        producer_app.close()
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, payload FROM pgqueue.jobs ORDER BY id").fetchall()
+    assert rows == [(r.job_id, {"i": i}) for i, r in enumerate(results)]
+
+
+# --- the debounce path (0007) holds payloads to the same rules (0012) ---------------------
+
+
+def _debounced(dsn: str, payload: Any, debounce: str = "1 minute") -> Any:
+    return scalar(
+        dsn,
+        "SELECT pgqueue.enqueue('t', %s, dedup_key => 'dk', debounce => %s::interval)",
+        (Jsonb(payload), debounce),
+    )
+
+
+def test_debounce_cannot_replace_a_payload_with_one_over_the_limit(
+    producer: Role, db_dsn: str
+) -> None:
+    """A hostile producer debounced a queued job into a 3 MB payload: every
+    other path refuses it, and now this one does too (SQL API and batches)."""
+    job_id = _debounced(producer.dsn, {"v": 1})
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn,
+        "SELECT pgqueue.enqueue('t', %s, dedup_key => 'dk', debounce => interval '1 minute')",
+        "over the 1048576-byte limit",
+        (Jsonb({"big": "x" * 3_000_000}),),
+    )
+    refused_by_validation(
+        producer.dsn,
+        "SELECT * FROM pgqueue.enqueue_windowed(%s)",
+        "over the 1048576-byte limit",
+        (Jsonb([{"task": "t", "dedup_key": "dk", "debounce": 60,
+                 "payload": {"big": "x" * 3_000_000}}]),),
+    )  # fmt: skip
+    # The operator's limit holds for the debounce path too.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pgqueue.limits SET max_payload_bytes = 100")
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn,
+        "SELECT pgqueue.enqueue('t', %s, dedup_key => 'dk', debounce => interval '1 minute')",
+        "over the 100-byte limit",
+        (Jsonb({"big": "x" * 200}),),
+    )
+    assert snapshot(db_dsn) == before
+    assert scalar(db_dsn, "SELECT payload FROM pgqueue.jobs WHERE id = %s", (job_id,)) == {"v": 1}
+    # Within the limit the debounce still replaces the payload (same job).
+    assert _debounced(producer.dsn, {"v": 2}) == job_id
+    assert scalar(db_dsn, "SELECT payload FROM pgqueue.jobs WHERE id = %s", (job_id,)) == {"v": 2}
+    assert scalar(db_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1
+
+
+def test_debounce_cannot_move_a_job_out_of_the_time_range(producer: Role, db_dsn: str) -> None:
+    job_id = _debounced(producer.dsn, {"v": 1})
+    before = snapshot(db_dsn)
+    refused_by_validation(
+        producer.dsn,
+        "SELECT pgqueue.enqueue('t', '{}', dedup_key => 'dk', debounce => interval '1000 years')",
+        "debounce must be at most",
+    )
+    assert snapshot(db_dsn) == before
+    run_at = scalar(db_dsn, "SELECT run_at FROM pgqueue.jobs WHERE id = %s", (job_id,))
+    assert run_at < datetime.now(UTC) + timedelta(minutes=2)
+
+
 def test_a_nesting_depth_of_5000_is_refused(producer: Role) -> None:
     payload = '{"a":' * 4999 + "{}" + "}" * 4999
     refused_by_validation(

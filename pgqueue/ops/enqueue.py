@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
-from pgqueue.payloads import encode_batch
+from pgqueue.payloads import encode_batch, encode_options, encode_payload, encode_payloads
 from pgqueue.queries import QueryName
 from pgqueue.telemetry import tracing
 
@@ -35,7 +36,7 @@ class _JobBuilder:
         key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
         base = self.bases.get(key)
         if base is None:
-            base = self.bases[key] = self._base(spec)
+            base = self.bases[key] = self._shared_base(key, spec)
         obj = {**base, "payload": validation.payload_object(spec.payload)}
         if spec.delay is not None:
             if spec.run_at is not None:
@@ -53,6 +54,28 @@ class _JobBuilder:
             obj.update(_over_time(spec))
             self.windowed = True
         return obj
+
+    def _shared_base(self, key: tuple[Any, ...], spec: JobSpec) -> dict[str, Any]:
+        """``_base``, remembered across calls (one enqueue after another with
+        the same options validates them once) while the task's defaults are
+        the same object. The types are part of the key: 1, 1.0 and True are
+        equal keys, but only 1 is a valid priority."""
+        key = (*key, *map(type, key))
+        try:
+            hit = _BASES.get(key)
+        except TypeError:  # unhashable options: _base says what is wrong
+            hit = None
+        if hit is not None:
+            defaults, base, queue = hit
+            if self.ctx.task_defaults(spec.task) is defaults:
+                self.queues.add(queue)
+                return base
+        base = self._base(spec)
+        queue = base.get("queue", "" if base.get("lookup") else DEFAULT_TASK.queue)
+        if len(_BASES) >= 1024:
+            _BASES.clear()
+        _BASES[key] = (self.ctx.task_defaults(spec.task), base, queue)
+        return base
 
     def _base(self, spec: JobSpec) -> dict[str, Any]:
         task = validation.task_name(spec.task)
@@ -106,6 +129,12 @@ class _JobBuilder:
         return "job_enqueue_windowed" if self.windowed else "job_enqueue_batch"
 
 
+# Validated job options by (task, queue, priority, max_attempts), with the
+# task defaults they were made from and the queue for the trace span. Never
+# mutated: job objects are copies.
+_BASES: dict[tuple[Any, ...], tuple[Any, dict[str, Any], str]] = {}
+
+
 def _over_time(spec: JobSpec) -> dict[str, float]:
     """The ``dedup_window``/``debounce`` keys of a job object, refusing what
     makes no sense (the SQL function checks the same)."""
@@ -136,13 +165,65 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
+    if len(specs) > 1 and _only_payloads_differ(specs) and not tracing.enabled():
+        return _insert_payloads(ctx, builder, specs)
     return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
 
 
+def _only_payloads_differ(specs: Sequence[JobSpec]) -> bool:
+    """Whether the jobs share every field but their payload and have no dedup
+    key (the common bulk enqueue): then ``enqueue_payloads`` takes them."""
+    first = specs[0]
+    if first.dedup_key is not None or first.dedup_window is not None or first.debounce is not None:
+        return False
+    shared = _ALL_BUT_PAYLOAD(first)
+    return all(map(shared.__eq__, map(_ALL_BUT_PAYLOAD, specs)))
+
+
+# Every JobSpec field but the payload (one C call per spec).
+_ALL_BUT_PAYLOAD = itemgetter(*(i for i, name in enumerate(JobSpec._fields) if name != "payload"))
+
+
+def _insert_payloads(
+    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec]
+) -> Op[list[Enqueued]]:
+    job = builder.build(specs[0])  # validates the shared fields once
+    del job["payload"]
+    payload = validation.payload_object
+    doc = encode_payloads([payload(s.payload) for s in specs], ctx.max_payload_bytes)
+    rows = yield Execute("job_enqueue_payloads", {"job": encode_options(job), "payloads": doc})
+    # (tuple.__new__: a named tuple's own __new__ is a Python call per job)
+    new = tuple.__new__
+    return [new(Enqueued, (job_id, True)) for job_id in rows[0][0]]
+
+
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
-    """Enqueue one job."""
+    """Enqueue one job: through ``enqueue_job`` (scalar parameters, no batch
+    document) unless it needs the batch functions (dedup_window/debounce, or
+    a trace context to store)."""
     builder = _JobBuilder(ctx)
-    return _first(_insert(builder.batch([spec]), builder.queues, 1, builder.query()))
+    job = builder.build(spec)
+    if builder.windowed or tracing.enabled():
+        doc = encode_batch([job], ctx.max_payload_bytes)
+        return _first(_insert(doc, builder.queues, 1, builder.query()))
+    return _insert_one(job, encode_payload(job["payload"], ctx.max_payload_bytes))
+
+
+def _insert_one(job: dict[str, Any], payload: str) -> Op[Enqueued]:
+    params = dict.fromkeys(_ONE_FIELDS)
+    params.update(job)
+    params["payload"] = payload
+    params["lookup"] = job.get("lookup", False)
+    rows = yield Execute("job_enqueue_one", params)
+    job_id, created = rows[0]
+    return Enqueued(job_id, created)
+
+
+# The parameters of job_enqueue_one; a field a job object leaves out is NULL.
+_ONE_FIELDS = (
+    "task", "payload", "queue", "priority", "run_at", "delay", "max_attempts", "lease_seconds",
+    "dedup_key", "serial_key", "backoff", "lookup", "default_priority",
+)  # fmt: skip
 
 
 def _insert(

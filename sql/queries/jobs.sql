@@ -3,6 +3,20 @@
 -- whose lease was reaped and re-leased presents an old attempt id and matches
 -- nothing, so a late result can never overwrite a newer attempt.
 
+-- name: job_enqueue_one
+-- Enqueue one job (fields as in a job object of job_enqueue_batch; NULL:
+-- the default). One row (job_id, created).
+SELECT job_id, created FROM {schema}.enqueue_job(
+    %(task)s::text, %(payload)s::jsonb, %(queue)s::text, %(priority)s::integer,
+    %(run_at)s::timestamptz, %(delay)s::float8, %(max_attempts)s::integer,
+    %(lease_seconds)s::integer, %(dedup_key)s::text, %(serial_key)s::text,
+    %(backoff)s::real[], %(lookup)s::boolean, %(default_priority)s::integer);
+
+-- name: job_enqueue_payloads
+-- Enqueue one job per payload of a JSON array, all with the fields of one job
+-- object (no payload or dedup key in it); the new ids in input order, as an array.
+SELECT {schema}.enqueue_payloads(%(job)s::jsonb, %(payloads)s::jsonb);
+
 -- name: job_enqueue_batch
 -- Enqueue a JSON array of job objects; one row (job_id, created) per input, in order.
 SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
