@@ -54,8 +54,10 @@ class RunningJob:
     """A leased job from lease until its attempt is recorded."""
 
     __slots__ = (
+        "cancel_at_entry",
         "cancel_requested",
         "context",
+        "entered",
         "extend_requests",
         "extend_to",
         "handle",
@@ -69,10 +71,16 @@ class RunningJob:
         "timer",
     )
 
-    def __init__(self, job: LeasedJob, task: Task[Any, Any] | None, leased_at: float) -> None:
+    def __init__(
+        self,
+        job: LeasedJob,
+        task: Task[Any, Any] | None,
+        leased_at: float,
+        started: float,
+    ) -> None:
         self.job = job
         self.task = task
-        self.started = time.monotonic()
+        self.started = started
         # Measured from before the lease was requested: never later than the server's view.
         self.lease_deadline = leased_at + job.lease_seconds
         self.context: JobContext | None = None
@@ -84,6 +92,8 @@ class RunningJob:
         self.extend_to: float | None = None
         self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
         self.observed: Any = None  # the observer's per-job state (a span)
+        self.entered = False  # an async task's wrapper has begun (see Executor._run_async)
+        self.cancel_at_entry = False
 
 
 class Executor:
@@ -108,6 +118,7 @@ class Executor:
     ) -> None:
         self.tasks = tasks
         self.observer = observer
+        self.observing = observer is not NULL_OBSERVER  # per-job hooks only when someone listens
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -135,11 +146,21 @@ class Executor:
 
     # --- start -----------------------------------------------------------------
 
-    def start(self, job: LeasedJob, leased_at: float) -> None:
+    def start_many(self, jobs: list[LeasedJob], leased_at: float) -> None:
+        """Start a leased batch (in lease order)."""
+        if self.observing:
+            self.observer.leased(jobs)
+        started = time.monotonic()
+        start = self.start
+        for job in jobs:
+            start(job, leased_at, started)
+
+    def start(self, job: LeasedJob, leased_at: float, started: float | None = None) -> None:
         task = self.tasks.get(job.task)
-        rj = RunningJob(job, task, leased_at)
+        rj = RunningJob(job, task, leased_at, time.monotonic() if started is None else started)
         self.running[job.job_id] = rj
-        self.observer.started(rj)
+        if self.observing:
+            self.observer.started(rj)
         if task is None:
             # Handed back for a worker that knows the task (a rolling deploy);
             # dead-lettered only after the grace period (see fail_jobs, 0006).
@@ -170,7 +191,8 @@ class Executor:
             )
             return
         self.busy += 1
-        self.idle.clear()
+        if self.busy == 1:
+            self.idle.clear()
         kwargs: dict[str, Any] = job.payload
         if task.pass_context:
             rj.context = JobContext(
@@ -187,28 +209,9 @@ class Executor:
                 ),
             )
             kwargs = {**kwargs, "context": rj.context}
-        run_context = self.observer.run_context(rj)  # e.g. the job's trace span
-        if task.is_async:
-            try:
-                coro = task.func(**kwargs)
-            except BaseException as exc:
-                self._ended(rj, None, exc)
-                return
-            handle = (
-                _start_task(self.loop, coro)
-                if run_context is None
-                else run_context.run(_start_task, self.loop, coro)
-            )
-            rj.handle = handle
-            handle.add_done_callback(partial(self._async_done, rj))
-        else:
-            call = partial(task.func, **kwargs)
-            if run_context is not None:
-                call = partial(run_context.run, call)
-            rj.handle = self.loop.run_in_executor(self.threads, call)
-            rj.handle.add_done_callback(partial(self._sync_done, rj))
-            self.threads_busy += 1
-        live = self.live_settings.get(job.task)
+        # Timer, lease and log before the task starts: an eager task may end
+        # (and _ended run) inside _start_task.
+        live = self.live_settings.get(job.task) if self.live_settings else None
         timeout = live.timeout if live is not None and live.timeout is not None else task.timeout
         if timeout is not None:
             rj.timer = self.loop.call_later(timeout, self._on_timeout, rj)
@@ -226,15 +229,56 @@ class Executor:
                 queue=job.queue,
                 attempt=job.attempt,
             )
+        run_context = self.observer.run_context(rj) if self.observing else None
+        if task.is_async:
+            try:
+                coro = task.func(**kwargs)
+            except BaseException as exc:
+                self._ended(rj, None, exc)
+                return
+            # The wrapper records the ending itself: no done callback (and
+            # its trip through the event loop) per job.
+            run = self._run_async(rj, coro)
+            rj.handle = (
+                _start_task(self.loop, run)
+                if run_context is None
+                else run_context.run(_start_task, self.loop, run)
+            )
+        else:
+            call = partial(task.func, **kwargs)
+            if run_context is not None:
+                call = partial(run_context.run, call)
+            rj.handle = self.loop.run_in_executor(self.threads, call)
+            rj.handle.add_done_callback(partial(self._sync_done, rj))
+            self.threads_busy += 1
+
+    async def _run_async(self, rj: RunningJob, coro: Any) -> None:
+        rj.entered = True
+        if rj.cancel_at_entry:  # cancelled before this task's first step
+            coro.close()
+            self._ended(rj, None, asyncio.CancelledError())
+            return
+        try:
+            value = await coro
+        except BaseException as exc:  # CancelledError included: a timeout or cancel
+            self._ended(rj, None, exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+        else:
+            self._ended(rj, value, None)
+
+    def _cancel_async(self, rj: RunningJob) -> None:
+        """Cancel an async job's task (the running coroutine gets CancelledError)."""
+        if rj.handle is None or rj.handle.done():
+            return
+        if rj.entered:
+            rj.handle.cancel()
+        else:
+            # Cancelling a task before its first step would throw into the
+            # wrapper before its try: let the wrapper see the flag instead.
+            rj.cancel_at_entry = True
 
     # --- endings ---------------------------------------------------------------
-
-    def _async_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
-        if handle.cancelled():
-            self._ended(rj, None, asyncio.CancelledError())
-        else:
-            exc = handle.exception()
-            self._ended(rj, None if exc is not None else handle.result(), exc)
 
     def _sync_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
         self.threads_busy -= 1
@@ -253,7 +297,7 @@ class Executor:
             return
         rj.timed_out = True
         if rj.task is not None and rj.task.is_async:
-            rj.handle.cancel()  # _async_done records the timeout
+            self._cancel_async(rj)  # _run_async records the timeout
             return
         # A thread cannot be stopped: record the timeout now, keep the slot
         # busy until the function returns (see _sync_done).
@@ -327,7 +371,8 @@ class Executor:
                     duration_ms=_ms_since(rj.started),
                     outcome="succeeded",
                 )
-            self.observer.finished(rj, "succeeded", None)
+            if self.observing:
+                self.observer.finished(rj, "succeeded", None)
             return
         self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started), exc)
 
@@ -424,8 +469,8 @@ class Executor:
         rj.cancel_requested = True
         if rj.context is not None:
             rj.context.request_stop()
-        if rj.task is not None and rj.task.is_async and rj.handle is not None:
-            rj.handle.cancel()
+        if rj.task is not None and rj.task.is_async:
+            self._cancel_async(rj)
         log.info(
             "cancel requested for running job",
             job_id=job_id,
@@ -443,13 +488,8 @@ class Executor:
         rj.lost = True
         if rj.context is not None:
             rj.context.request_stop()
-        if (
-            rj.handle is not None
-            and not rj.handle.done()
-            and rj.task is not None
-            and rj.task.is_async
-        ):
-            rj.handle.cancel()
+        if rj.task is not None and rj.task.is_async:
+            self._cancel_async(rj)
         log.error(
             "lease lost: the job was reclaimed while this worker ran it",
             job_id=job_id,
@@ -483,8 +523,8 @@ class Executor:
             rj.lost = True
             self.running.pop(rj.job.job_id, None)
             self.observer.finished(rj, "released", None)
-            if rj.task is not None and rj.task.is_async and rj.handle is not None:
-                rj.handle.cancel()
+            if rj.task is not None and rj.task.is_async:
+                self._cancel_async(rj)
 
     def close(self) -> int:
         """Release the thread pool; returns how many sync tasks are still running
