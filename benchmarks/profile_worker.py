@@ -7,7 +7,9 @@ a child interpreter under ``py-spy record`` until every job is finished, and
 prints the child's CPU µs per job. Without ``--svg`` the child runs without a
 profiler (a quick CPU-per-job figure; the real comparison is
 ``python -m benchmarks``). ``--metrics`` turns the worker's Prometheus
-metrics on. The child is the same interpreter as this one.
+metrics on. The child is the same interpreter as this one; it picks its event
+loop and JSON library as the benchmark's pgqueue workers do
+(``PGQB_PGQUEUE_LOOP``, ``PGQUEUE_NO_ORJSON``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def _app(dsn: str) -> Any:
 async def _work(dsn: str, jobs: int, metrics: bool) -> None:
     import psycopg
 
+    from benchmarks.adapters.pgqueue_sys import TUNE_GC
+
     app = _app(dsn)
     stop = asyncio.Event()
     cpu0 = time.process_time()
@@ -50,6 +54,7 @@ async def _work(dsn: str, jobs: int, metrics: bool) -> None:
             stop=stop,
             log_level="warning",
             **({"metrics_port": 0} if metrics else {}),
+            **({} if TUNE_GC else {"tune_gc": False}),
         )
     )
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as mon:
@@ -88,7 +93,10 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(_work(args.child, args.jobs, args.metrics))
+        from benchmarks.adapters.pgqueue_sys import _loop_factory
+
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_work(args.child, args.jobs, args.metrics))
         return
 
     import pgqueue
