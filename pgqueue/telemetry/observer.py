@@ -25,6 +25,10 @@ class WorkerObserver:
     #: Whether leases must also return each job's run_at and trace context.
     wants_lease_details = False
 
+    def observes_starts(self) -> bool:
+        """Whether :meth:`started` does anything (else the executor skips it)."""
+        return type(self).started is not WorkerObserver.started
+
     def watch(self, running: Mapping[int, RunningJob]) -> None:
         """The executor's table of jobs not yet recorded (read, never changed)."""
 
@@ -63,6 +67,9 @@ class Observers(WorkerObserver):
     def leased(self, jobs: Sequence[LeasedJob]) -> None:
         for o in self.observers:
             o.leased(jobs)
+
+    def observes_starts(self) -> bool:
+        return any(o.observes_starts() for o in self.observers)
 
     def started(self, rj: RunningJob) -> None:
         for o in self.observers:

@@ -119,6 +119,7 @@ class Executor:
         self.tasks = tasks
         self.observer = observer
         self.observing = observer is not NULL_OBSERVER  # per-job hooks only when someone listens
+        self.observe_starts = observer.observes_starts()
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -159,7 +160,7 @@ class Executor:
         task = self.tasks.get(job.task)
         rj = RunningJob(job, task, leased_at, time.monotonic() if started is None else started)
         self.running[job.job_id] = rj
-        if self.observing:
+        if self.observe_starts:
             self.observer.started(rj)
         if task is None:
             # Handed back for a worker that knows the task (a rolling deploy);
