@@ -72,7 +72,7 @@ async def _work(dsn: str, jobs: int, metrics: bool) -> None:
     stop.set()
     await worker
     cpu = time.process_time() - cpu0
-    app.close()
+    await app.close_async()
     print(
         f"python {sys.version.split()[0]}: worker CPU {cpu * 1e6 / jobs:.1f} µs/job "
         f"({jobs} jobs, start and stop of the worker included)",

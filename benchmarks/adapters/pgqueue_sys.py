@@ -189,4 +189,4 @@ class PgQueue(System):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(worker, 30)
             with contextlib.suppress(Exception):
-                app.close()
+                await app.close_async()
