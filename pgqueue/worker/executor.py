@@ -51,25 +51,24 @@ else:
 
 
 class RunningJob:
-    """A leased job from lease until its attempt is recorded."""
+    """A leased job from lease until its attempt is recorded.
 
-    __slots__ = (
-        "cancel_at_entry",
-        "cancel_requested",
-        "context",
-        "entered",
-        "extend_requests",
-        "extend_to",
-        "handle",
-        "job",
-        "lease_deadline",
-        "lost",
-        "observed",
-        "started",
-        "task",
-        "timed_out",
-        "timer",
-    )
+    Only what every job has is set per instance; the rest are class-level
+    defaults until a job needs its own value (fewer stores per job than
+    ``__slots__`` with every field set).
+    """
+
+    context: JobContext | None = None
+    handle: asyncio.Future[Any] | None = None
+    timer: asyncio.TimerHandle | None = None
+    timed_out = False
+    cancel_requested = False
+    lost = False
+    extend_to: float | None = None
+    extend_requests = 0  # counts context.extend() calls, see Heartbeat
+    observed: Any = None  # the observer's per-job state (a span)
+    entered = False  # an async task's wrapper has begun (see Executor._run_async)
+    cancel_at_entry = False
 
     def __init__(
         self,
@@ -83,17 +82,6 @@ class RunningJob:
         self.started = started
         # Measured from before the lease was requested: never later than the server's view.
         self.lease_deadline = leased_at + job.lease_seconds
-        self.context: JobContext | None = None
-        self.handle: asyncio.Future[Any] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.timed_out = False
-        self.cancel_requested = False
-        self.lost = False
-        self.extend_to: float | None = None
-        self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
-        self.observed: Any = None  # the observer's per-job state (a span)
-        self.entered = False  # an async task's wrapper has begun (see Executor._run_async)
-        self.cancel_at_entry = False
 
 
 class Executor:
@@ -325,6 +313,22 @@ class Executor:
             rj.timer = None
         self._release_slot()
         job = rj.job
+        if value is None and exc is None and rj.context is None and not rj.lost:
+            # The usual ending (no result, no context.transaction()): straight to the completer.
+            self.completer.ack(rj, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                )
+            if self.observing:
+                self.observer.finished(rj, "succeeded", None)
+            return
         if _completed_in_transaction(rj):
             self.running.pop(job.job_id, None)
             if self.log_successes:
@@ -501,8 +505,9 @@ class Executor:
 
     def forget(self, job_ids: list[int]) -> None:
         """The completer recorded these attempts."""
+        pop = self.running.pop
         for job_id in job_ids:
-            self.running.pop(job_id, None)
+            pop(job_id, None)
 
     def stop_all(self) -> None:
         """Shutdown: every running task's ``should_stop()`` turns true."""
