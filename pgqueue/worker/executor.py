@@ -75,11 +75,11 @@ class RunningJob:
         job: LeasedJob,
         task: Task[Any, Any] | None,
         leased_at: float,
-        started: float,
+        started: float | None = None,
     ) -> None:
         self.job = job
         self.task = task
-        self.started = started
+        self.started = time.monotonic() if started is None else started
         # Measured from before the lease was requested: never later than the server's view.
         self.lease_deadline = leased_at + job.lease_seconds
 
@@ -146,7 +146,7 @@ class Executor:
 
     def start(self, job: LeasedJob, leased_at: float, started: float | None = None) -> None:
         task = self.tasks.get(job.task)
-        rj = RunningJob(job, task, leased_at, time.monotonic() if started is None else started)
+        rj = RunningJob(job, task, leased_at, started)
         self.running[job.job_id] = rj
         if self.observe_starts:
             self.observer.started(rj)
