@@ -87,7 +87,9 @@ def tuned_gc(enabled: bool = True) -> Iterator[None]:
     _gc_tuners += 1
     if _gc_tuners == 1:
         previous = _untuned_threshold = gc.get_threshold()
-        gc.collect()  # what is garbage now must not be frozen
+        # No gc.collect() first: a full collection of everything imported
+        # costs tens of ms at each start; garbage frozen now is freed after
+        # the worker stops (unfreeze), like the rest.
         gc.freeze()
         gc.set_threshold(max(previous[0], GC_THRESHOLD), *previous[1:])
     try:
