@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": workloads,
     }
     log(
-        f"PostgreSQL {meta['server'].get('server_version')} - systems: {', '.join(runnable)}"
+        f"Python {sys.version.split()[0]} - PostgreSQL {meta['server'].get('server_version')}"
+        f" - systems: {', '.join(runnable)}"
         f" - workloads: {', '.join(workloads)} - reps: {args.reps}"
         + (" - QUICK" if args.quick else "")
     )
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{s} tuning: " + "; ".join(f"{k}={v}" for k, v in system_info[s]["tuning"].items())
         )
     print()
+    print(
+        f"Python {sys.version.split()[0]} ({sys.executable}, worker processes too) - "
+        f"PostgreSQL {meta['server'].get('server_version')} - {platform.platform()}"
+    )
     render(summary, notes)
 
     path = (

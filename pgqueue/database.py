@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ConnStatus
 from psycopg.rows import dict_row
@@ -325,6 +326,19 @@ async def _configure_pooled_async(conn: psycopg.AsyncConnection[Any]) -> None:
 # plans cost 0.02-0.3 ms per statement; the two functions on the latency path
 # (lease_jobs, enqueue_batch) cache plans whose shape they pin (migration 0004).
 _SESSION_SETUP = "SET plan_cache_mode = force_custom_plan; SET jit = off"
+
+
+class _RawJsonLoader(Loader):
+    """json/jsonb as the bytes the server sent (text format), undecoded."""
+
+    def load(self, data: Any) -> bytes:
+        return bytes(data)
+
+
+def _raw_json(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    """This cursor (only) leaves json and jsonb values undecoded."""
+    cur.adapters.register_loader("jsonb", _RawJsonLoader)
+    cur.adapters.register_loader("json", _RawJsonLoader)
 
 
 def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
@@ -784,6 +798,8 @@ class Database:
 
     def _execute(self, conn: psycopg.Connection[Any], step: Execute) -> Any:
         cur = conn.cursor(row_factory=dict_row) if step.rows == "dict" else conn.cursor()
+        if step.raw_json:
+            _raw_json(cur)
         with cur:
             cur.execute(self.queries[step.query], step.params)
             if step.fetch == "all":
@@ -794,6 +810,8 @@ class Database:
 
     async def _execute_async(self, conn: psycopg.AsyncConnection[Any], step: Execute) -> Any:
         cur = conn.cursor(row_factory=dict_row) if step.rows == "dict" else conn.cursor()
+        if step.raw_json:
+            _raw_json(cur)
         async with cur:
             await cur.execute(self.queries[step.query], step.params)
             if step.fetch == "all":

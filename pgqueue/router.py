@@ -159,7 +159,11 @@ class Router:
 
     def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
         """Serve every App in this process until SIGTERM/SIGINT."""
-        asyncio.run(self.run_worker_async(queues, **options))
+        from pgqueue.worker.runner import loop_factory
+
+        factory = loop_factory(options.get("event_loop", "auto"))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(self.run_worker_async(queues, **options))
 
     async def run_worker_async(
         self,

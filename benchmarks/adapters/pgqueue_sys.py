@@ -21,6 +21,28 @@ CONCURRENCY = 500
 BATCH_SIZE = 500
 #: PGQB_PGQUEUE_METRICS=1 runs the workers with Prometheus metrics on (any free port).
 METRICS = os.environ.get("PGQB_PGQUEUE_METRICS") == "1"
+#: PGQB_PGQUEUE_LOOP=asyncio|uvloop|auto (default auto: uvloop when installed, as
+#: run_worker does); PGQUEUE_NO_ORJSON=1 keeps orjson out (pgqueue's own switch).
+LOOP = os.environ.get("PGQB_PGQUEUE_LOOP", "auto")
+#: PGQB_PGQUEUE_TUNE_GC=0 runs the workers with tune_gc=False (for a before/after).
+TUNE_GC = os.environ.get("PGQB_PGQUEUE_TUNE_GC", "1") != "0"
+
+
+def _loop_factory() -> Any:
+    """The event loop pgqueue's run_worker would create (None: asyncio's)."""
+    try:
+        from pgqueue.worker.runner import loop_factory
+    except ImportError:  # a pgqueue before pgqueue[speed]
+        return None
+    return loop_factory(LOOP)
+
+
+def _json_library() -> str:
+    try:
+        from pgqueue.payloads import orjson
+    except ImportError:
+        return "json"
+    return "orjson" if orjson() is not None else "json"
 
 #: Optional cheap count of unfinished jobs with ``%(after)s < id <= %(upto)s`` against
 #: pgqueue's own tables. While None, :meth:`PgQueue.remaining` uses the public
@@ -87,7 +109,9 @@ class PgQueue(System):
             "bulk enqueue": "app.enqueue_many([JobSpec('noop', {})...])",
             "single enqueue": "app.enqueue('noop', {})",
             "remaining count": "custom SQL" if REMAINING_SQL else "app.metrics()",
-            "event loop": "asyncio",
+            "event loop": "uvloop" if _loop_factory() is not None else "asyncio",
+            "payload json": _json_library(),
+            "gc": "tune_gc" if TUNE_GC else "tune_gc=False",
         }
 
     @property
@@ -134,7 +158,8 @@ class PgQueue(System):
 
     @classmethod
     def worker_main(cls, dsn: str, ctl: WorkerControl) -> None:
-        asyncio.run(cls._worker(dsn, ctl))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(cls._worker(dsn, ctl))
         ctl.flush()
 
     @classmethod
@@ -150,6 +175,7 @@ class PgQueue(System):
                 stop=stop,
                 log_level="warning",
                 **({"metrics_port": 0} if METRICS else {}),
+                **({} if TUNE_GC else {"tune_gc": False}),
             )
         )
         try:
@@ -163,4 +189,4 @@ class PgQueue(System):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(worker, 30)
             with contextlib.suppress(Exception):
-                app.close()
+                await app.close_async()

@@ -238,6 +238,12 @@ def worker(
     metrics_host: Annotated[
         str, typer.Option(help="Address the metrics server binds to.")
     ] = "0.0.0.0",
+    event_loop: Annotated[
+        str,
+        typer.Option(
+            help="auto (uvloop when installed, e.g. by pgqueue[speed]), asyncio or uvloop.",
+        ),
+    ] = "auto",
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -282,6 +288,7 @@ def worker(
         unknown_task_grace=grace.total_seconds(),
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        event_loop=event_loop,
     )
 
 

@@ -24,12 +24,15 @@ Rows = Literal["tuple", "dict"]
 @dataclass(frozen=True, slots=True)
 class Execute:
     """Run one named statement; the result is a list of rows, one row (or
-    None) for ``fetch="one"``, or the row count for ``fetch="none"``."""
+    None) for ``fetch="one"``, or the row count for ``fetch="none"``.
+    ``raw_json``: json/jsonb columns come back undecoded (bytes), for one
+    decode per batch (see :func:`pgqueue.payloads.loads_many`)."""
 
     query: QueryName
     params: Mapping[str, Any] = field(default_factory=dict)
     fetch: Fetch = "all"
     rows: Rows = "tuple"
+    raw_json: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,19 +1,21 @@
 """The worker's observation hooks: what the executor and producer tell
 metrics and tracing, and nothing more.
 
-The executor calls :meth:`WorkerObserver.started` when a job starts and
-:meth:`WorkerObserver.finished` once when its attempt ends; both are plain
-bookkeeping on the event loop (no I/O, no locks). The default observer does
-nothing, so a worker without metrics or tracing pays one method call per job.
+The executor calls :meth:`WorkerObserver.leased` once per leased batch,
+:meth:`WorkerObserver.started` when a job starts and
+:meth:`WorkerObserver.finished` once when its attempt ends; all are plain
+bookkeeping on the event loop (no I/O, no locks). With the default observer
+(no metrics, no tracing) the executor makes none of these calls.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pgqueue.models import LeasedJob
     from pgqueue.worker.executor import RunningJob
 
 
@@ -23,8 +25,15 @@ class WorkerObserver:
     #: Whether leases must also return each job's run_at and trace context.
     wants_lease_details = False
 
+    def observes_starts(self) -> bool:
+        """Whether :meth:`started` does anything (else the executor skips it)."""
+        return type(self).started is not WorkerObserver.started
+
     def watch(self, running: Mapping[int, RunningJob]) -> None:
         """The executor's table of jobs not yet recorded (read, never changed)."""
+
+    def leased(self, jobs: Sequence[LeasedJob]) -> None:
+        """A batch was leased (called once per batch, before its jobs start)."""
 
     def started(self, rj: RunningJob) -> None:
         """A leased job is about to run (or be failed without running)."""
@@ -54,6 +63,13 @@ class Observers(WorkerObserver):
     def watch(self, running: Mapping[int, RunningJob]) -> None:
         for o in self.observers:
             o.watch(running)
+
+    def leased(self, jobs: Sequence[LeasedJob]) -> None:
+        for o in self.observers:
+            o.leased(jobs)
+
+    def observes_starts(self) -> bool:
+        return any(o.observes_starts() for o in self.observers)
 
     def started(self, rj: RunningJob) -> None:
         for o in self.observers:

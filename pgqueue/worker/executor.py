@@ -51,39 +51,37 @@ else:
 
 
 class RunningJob:
-    """A leased job from lease until its attempt is recorded."""
+    """A leased job from lease until its attempt is recorded.
 
-    __slots__ = (
-        "cancel_requested",
-        "context",
-        "extend_requests",
-        "extend_to",
-        "handle",
-        "job",
-        "lease_deadline",
-        "lost",
-        "observed",
-        "started",
-        "task",
-        "timed_out",
-        "timer",
-    )
+    Only what every job has is set per instance; the rest are class-level
+    defaults until a job needs its own value (fewer stores per job than
+    ``__slots__`` with every field set).
+    """
 
-    def __init__(self, job: LeasedJob, task: Task[Any, Any] | None, leased_at: float) -> None:
+    context: JobContext | None = None
+    handle: asyncio.Future[Any] | None = None
+    timer: asyncio.TimerHandle | None = None
+    timed_out = False
+    cancel_requested = False
+    lost = False
+    extend_to: float | None = None
+    extend_requests = 0  # counts context.extend() calls, see Heartbeat
+    observed: Any = None  # the observer's per-job state (a span)
+    entered = False  # an async task's wrapper has begun (see Executor._run_async)
+    cancel_at_entry = False
+
+    def __init__(
+        self,
+        job: LeasedJob,
+        task: Task[Any, Any] | None,
+        leased_at: float,
+        started: float | None = None,
+    ) -> None:
         self.job = job
         self.task = task
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started
         # Measured from before the lease was requested: never later than the server's view.
         self.lease_deadline = leased_at + job.lease_seconds
-        self.context: JobContext | None = None
-        self.handle: asyncio.Future[Any] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.timed_out = False
-        self.cancel_requested = False
-        self.lost = False
-        self.extend_to: float | None = None
-        self.extend_requests = 0  # counts context.extend() calls, see Heartbeat
-        self.observed: Any = None  # the observer's per-job state (a span)
 
 
 class Executor:
@@ -108,6 +106,8 @@ class Executor:
     ) -> None:
         self.tasks = tasks
         self.observer = observer
+        self.observing = observer is not NULL_OBSERVER  # per-job hooks only when someone listens
+        self.observe_starts = observer.observes_starts()
         self.concurrency = concurrency
         self.completer = completer
         self.running: dict[int, RunningJob] = {}
@@ -135,11 +135,21 @@ class Executor:
 
     # --- start -----------------------------------------------------------------
 
-    def start(self, job: LeasedJob, leased_at: float) -> None:
+    def start_many(self, jobs: list[LeasedJob], leased_at: float) -> None:
+        """Start a leased batch (in lease order)."""
+        if self.observing:
+            self.observer.leased(jobs)
+        started = time.monotonic()
+        start = self.start
+        for job in jobs:
+            start(job, leased_at, started)
+
+    def start(self, job: LeasedJob, leased_at: float, started: float | None = None) -> None:
         task = self.tasks.get(job.task)
-        rj = RunningJob(job, task, leased_at)
+        rj = RunningJob(job, task, leased_at, started)
         self.running[job.job_id] = rj
-        self.observer.started(rj)
+        if self.observe_starts:
+            self.observer.started(rj)
         if task is None:
             # Handed back for a worker that knows the task (a rolling deploy);
             # dead-lettered only after the grace period (see fail_jobs, 0006).
@@ -170,7 +180,8 @@ class Executor:
             )
             return
         self.busy += 1
-        self.idle.clear()
+        if self.busy == 1:
+            self.idle.clear()
         kwargs: dict[str, Any] = job.payload
         if task.pass_context:
             rj.context = JobContext(
@@ -187,28 +198,9 @@ class Executor:
                 ),
             )
             kwargs = {**kwargs, "context": rj.context}
-        run_context = self.observer.run_context(rj)  # e.g. the job's trace span
-        if task.is_async:
-            try:
-                coro = task.func(**kwargs)
-            except BaseException as exc:
-                self._ended(rj, None, exc)
-                return
-            handle = (
-                _start_task(self.loop, coro)
-                if run_context is None
-                else run_context.run(_start_task, self.loop, coro)
-            )
-            rj.handle = handle
-            handle.add_done_callback(partial(self._async_done, rj))
-        else:
-            call = partial(task.func, **kwargs)
-            if run_context is not None:
-                call = partial(run_context.run, call)
-            rj.handle = self.loop.run_in_executor(self.threads, call)
-            rj.handle.add_done_callback(partial(self._sync_done, rj))
-            self.threads_busy += 1
-        live = self.live_settings.get(job.task)
+        # Timer, lease and log before the task starts: an eager task may end
+        # (and _ended run) inside _start_task.
+        live = self.live_settings.get(job.task) if self.live_settings else None
         timeout = live.timeout if live is not None and live.timeout is not None else task.timeout
         if timeout is not None:
             rj.timer = self.loop.call_later(timeout, self._on_timeout, rj)
@@ -226,15 +218,56 @@ class Executor:
                 queue=job.queue,
                 attempt=job.attempt,
             )
+        run_context = self.observer.run_context(rj) if self.observing else None
+        if task.is_async:
+            try:
+                coro = task.func(**kwargs)
+            except BaseException as exc:
+                self._ended(rj, None, exc)
+                return
+            # The wrapper records the ending itself: no done callback (and
+            # its trip through the event loop) per job.
+            run = self._run_async(rj, coro)
+            rj.handle = (
+                _start_task(self.loop, run)
+                if run_context is None
+                else run_context.run(_start_task, self.loop, run)
+            )
+        else:
+            call = partial(task.func, **kwargs)
+            if run_context is not None:
+                call = partial(run_context.run, call)
+            rj.handle = self.loop.run_in_executor(self.threads, call)
+            rj.handle.add_done_callback(partial(self._sync_done, rj))
+            self.threads_busy += 1
+
+    async def _run_async(self, rj: RunningJob, coro: Any) -> None:
+        rj.entered = True
+        if rj.cancel_at_entry:  # cancelled before this task's first step
+            coro.close()
+            self._ended(rj, None, asyncio.CancelledError())
+            return
+        try:
+            value = await coro
+        except BaseException as exc:  # CancelledError included: a timeout or cancel
+            self._ended(rj, None, exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+        else:
+            self._ended(rj, value, None)
+
+    def _cancel_async(self, rj: RunningJob) -> None:
+        """Cancel an async job's task (the running coroutine gets CancelledError)."""
+        if rj.handle is None or rj.handle.done():
+            return
+        if rj.entered:
+            rj.handle.cancel()
+        else:
+            # Cancelling a task before its first step would throw into the
+            # wrapper before its try: let the wrapper see the flag instead.
+            rj.cancel_at_entry = True
 
     # --- endings ---------------------------------------------------------------
-
-    def _async_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
-        if handle.cancelled():
-            self._ended(rj, None, asyncio.CancelledError())
-        else:
-            exc = handle.exception()
-            self._ended(rj, None if exc is not None else handle.result(), exc)
 
     def _sync_done(self, rj: RunningJob, handle: asyncio.Future[Any]) -> None:
         self.threads_busy -= 1
@@ -253,7 +286,7 @@ class Executor:
             return
         rj.timed_out = True
         if rj.task is not None and rj.task.is_async:
-            rj.handle.cancel()  # _async_done records the timeout
+            self._cancel_async(rj)  # _run_async records the timeout
             return
         # A thread cannot be stopped: record the timeout now, keep the slot
         # busy until the function returns (see _sync_done).
@@ -280,6 +313,22 @@ class Executor:
             rj.timer = None
         self._release_slot()
         job = rj.job
+        if value is None and exc is None and rj.context is None and not rj.lost:
+            # The usual ending (no result, no context.transaction()): straight to the completer.
+            self.completer.ack(rj, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                )
+            if self.observing:
+                self.observer.finished(rj, "succeeded", None)
+            return
         if _completed_in_transaction(rj):
             self.running.pop(job.job_id, None)
             if self.log_successes:
@@ -327,7 +376,8 @@ class Executor:
                     duration_ms=_ms_since(rj.started),
                     outcome="succeeded",
                 )
-            self.observer.finished(rj, "succeeded", None)
+            if self.observing:
+                self.observer.finished(rj, "succeeded", None)
             return
         self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started), exc)
 
@@ -424,8 +474,8 @@ class Executor:
         rj.cancel_requested = True
         if rj.context is not None:
             rj.context.request_stop()
-        if rj.task is not None and rj.task.is_async and rj.handle is not None:
-            rj.handle.cancel()
+        if rj.task is not None and rj.task.is_async:
+            self._cancel_async(rj)
         log.info(
             "cancel requested for running job",
             job_id=job_id,
@@ -443,13 +493,8 @@ class Executor:
         rj.lost = True
         if rj.context is not None:
             rj.context.request_stop()
-        if (
-            rj.handle is not None
-            and not rj.handle.done()
-            and rj.task is not None
-            and rj.task.is_async
-        ):
-            rj.handle.cancel()
+        if rj.task is not None and rj.task.is_async:
+            self._cancel_async(rj)
         log.error(
             "lease lost: the job was reclaimed while this worker ran it",
             job_id=job_id,
@@ -460,8 +505,9 @@ class Executor:
 
     def forget(self, job_ids: list[int]) -> None:
         """The completer recorded these attempts."""
+        pop = self.running.pop
         for job_id in job_ids:
-            self.running.pop(job_id, None)
+            pop(job_id, None)
 
     def stop_all(self) -> None:
         """Shutdown: every running task's ``should_stop()`` turns true."""
@@ -483,8 +529,8 @@ class Executor:
             rj.lost = True
             self.running.pop(rj.job.job_id, None)
             self.observer.finished(rj, "released", None)
-            if rj.task is not None and rj.task.is_async and rj.handle is not None:
-                rj.handle.cancel()
+            if rj.task is not None and rj.task.is_async:
+                self._cancel_async(rj)
 
     def close(self) -> int:
         """Release the thread pool; returns how many sync tasks are still running

@@ -80,9 +80,8 @@ class Producer:
                 continue
             if episodes.failing:
                 episodes.succeeded()
-            for job in jobs:
-                executor.start(job, leased_at)
             if jobs:
+                executor.start_many(jobs, leased_at)
                 # Let the tasks just started run before this loop's next round trip.
                 await asyncio.sleep(0)
             if len(jobs) == want:
