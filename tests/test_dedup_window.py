@@ -23,7 +23,7 @@ def _job(dsn: str, job_id: int) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.cursor(row_factory=psycopg.rows.dict_row)
         row = cur.execute(
-            "SELECT id, status::text, payload, run_at, now() AS now, created_at"
+            "SELECT id, status::text, payload, run_at, now() AS now, created_at, dedup_key"
             " FROM pgqueue.jobs WHERE id = %s",
             (job_id,),
         ).fetchone()
@@ -71,11 +71,19 @@ def test_window_sees_archived_jobs(app: pgqueue.App, db_dsn: str) -> None:
     assert app.enqueue("t", {}, dedup_key="arch", dedup_window=3600) == (first.job_id, False)
 
 
-def test_live_job_older_than_the_window_still_dedups(app: pgqueue.App, db_dsn: str) -> None:
+def test_live_job_older_than_the_window_gives_its_key_up(app: pgqueue.App, db_dsn: str) -> None:
+    """At most one job per key *created within the window*, finished or not:
+    a live job from before the window no longer holds the key (a far-future
+    job cannot squat it for ever), but still dedups plain enqueues until then."""
     first = app.enqueue("t", {}, dedup_key="live")
+    assert app.enqueue("t", {}, dedup_key="live", dedup_window=5) == (first.job_id, False)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute("UPDATE pgqueue.jobs SET created_at = now() - interval '1 hour'")
-    assert app.enqueue("t", {}, dedup_key="live", dedup_window=5) == (first.job_id, False)
+    fresh = app.enqueue("t", {}, dedup_key="live", dedup_window=5)
+    assert fresh.created
+    assert app.enqueue("t", {}, dedup_key="live") == (fresh.job_id, False)
+    old = _job(db_dsn, first.job_id)
+    assert (old["status"], old["dedup_key"]) == ("queued", None)
 
 
 def test_debounce_replaces_payload_and_postpones(app: pgqueue.App, db_dsn: str) -> None:

@@ -356,15 +356,15 @@ def test_a_producer_of_one_schema_cannot_steer_anothers_workers(
 # --- dedup keys: squatting and the window -----------------------------------------------
 
 
-def test_a_far_future_job_holds_its_key_while_it_is_live(
+def test_a_far_future_job_holds_its_key_only_for_the_window(
     db_dsn: str, producer: Role, made_roles: Roles, admin: Role
 ) -> None:
-    """What is true today (documented in README's Security model): a live job
-    holds its (queue, dedup_key) whatever its run_at; ``dedup_window`` does
-    not shorten that (the window is an *extra* uniqueness over finished jobs);
-    it bounds only how long an *ended* job keeps blocking windowed enqueues.
+    """A live job holds its (queue, dedup_key) for plain enqueues whatever its
+    run_at; ``dedup_window`` bounds the squat (DESIGN: at most one job per key
+    *created within the window*, finished or not): once the squatting job's
+    creation is outside the window, a windowed enqueue takes the key from it.
     ``debounce`` takes the squatting job over (the victim's payload, due now)
-    but keeps the squatter's task name."""
+    but keeps the squatter's task name (keys are per queue, not per task)."""
     victim = made_roles.create(db_dsn, "pgq_victim", kind="producer")
     five_years = datetime.now(UTC) + timedelta(days=5 * 365)
     with pgqueue.App(producer.dsn) as squatter:
@@ -372,14 +372,10 @@ def test_a_far_future_job_holds_its_key_while_it_is_live(
             "not_a_receipt", {"forged": True}, queue="mail", run_at=five_years,
             dedup_key="receipt:42",
         ).job_id  # fmt: skip
-    # The owner backdates it: it was created long before any window below.
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE pgqueue.jobs SET created_at = now() - interval '1 day' WHERE id = %s", (squat,)
-        )
 
     with pgqueue.App(victim.dsn) as real:
-        # A plain enqueue and a windowed one both return the squatting job.
+        # Within the window (created just now), plain and windowed enqueues
+        # both return the squatting job; nothing is written.
         assert real.enqueue("receipt", {"n": 42}, queue="mail", dedup_key="receipt:42") == (
             squat,
             False,
@@ -389,10 +385,11 @@ def test_a_far_future_job_holds_its_key_while_it_is_live(
         ) == (squat, False)
         assert scalar(db_dsn, "SELECT count(*) FROM pgqueue.jobs") == 1
         row = job_row(db_dsn, squat)
-        assert (row["task"], row["payload"], row["run_at"]) == (
+        assert (row["task"], row["payload"], row["run_at"], row["dedup_key"]) == (
             "not_a_receipt",
             {"forged": True},
             five_years,
+            "receipt:42",
         )
 
         # debounce=0 takes the queued job over: the victim's payload, due now
@@ -405,20 +402,24 @@ def test_a_far_future_job_holds_its_key_while_it_is_live(
         assert row["run_at"] <= row["db_now"]
         assert row["task"] == "not_a_receipt"
 
-    # An admin ends the squat: the key is free for plain enqueues at once ...
-    with pgqueue.App(admin.dsn) as adm:
-        adm.cancel(squat)
+    # A day later (the owner backdates the squat), a one-hour window no longer
+    # covers it: the windowed enqueue creates the real job and the squatting
+    # job, still live, gives its key up.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pgqueue.jobs SET created_at = now() - interval '1 day' WHERE id = %s", (squat,)
+        )
     with pgqueue.App(victim.dsn) as real:
         windowed = real.enqueue(
             "receipt", {"n": 42}, queue="mail", dedup_key="receipt:42", dedup_window=3600
         )
         plain = real.enqueue("receipt", {"n": 42}, queue="mail", dedup_key="receipt:42")
-    # ... and for windowed ones once the squatting job's creation is outside
-    # the window (here: created a day ago, window one hour).
     assert windowed.created
     assert windowed.job_id != squat
     assert plain == (windowed.job_id, False)  # the new live job holds the key now
     assert job_row(db_dsn, windowed.job_id)["task"] == "receipt"
+    old = job_row(db_dsn, squat)
+    assert (old["status"], old["dedup_key"]) == ("queued", None)
 
 
 def test_the_window_bounds_how_long_an_ended_squat_blocks(

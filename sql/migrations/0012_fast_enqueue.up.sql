@@ -18,7 +18,11 @@
 --   checking only its shape. It now refuses what every other enqueue path
 --   refuses: a payload over limits.max_payload_bytes, and a debounce that
 --   puts run_at past the range every job must be in (at most 100 years,
---   like a delay).
+--   like a delay). A windowed enqueue now keeps DESIGN's "at most one job
+--   per key created within the window, finished or not" for live jobs too:
+--   a live job created before the window gives its key up (dedup_key
+--   cleared) instead of holding it for as long as it stays queued, so a
+--   far-future job squats a key for at most the window.
 
 DO $$
 DECLARE
@@ -263,8 +267,9 @@ BEGIN
 END;
 $$;
 
--- As in 0007, plus: a debounced payload is held to the size limit, and the
--- debounce to at most 100 years (run_at stays in the range of every job).
+-- As in 0007, plus: a debounced payload is held to the size limit, the
+-- debounce to at most 100 years (run_at stays in the range of every job), and
+-- a windowed enqueue takes the key from a live job created before the window.
 CREATE OR REPLACE FUNCTION {schema}.dedup_claim(
     p_queue text, p_key text, p_window interval, p_debounce interval, p_payload jsonb
 ) RETURNS bigint
@@ -334,6 +339,16 @@ BEGIN
         SELECT a.id INTO v_id FROM {schema}.jobs_archive a
         WHERE a.queue = p_queue AND a.dedup_key = p_key AND a.created_at > now() - p_window
         ORDER BY a.created_at DESC LIMIT 1;
+    END IF;
+    IF v_id IS NULL THEN
+        -- "At most one job per key created within the window, finished or
+        -- not": a live job created before the window no longer holds the key
+        -- (else a far-future job would squat it for ever). It keeps running
+        -- without it; the caller holds the key's dedup lock.
+        UPDATE {schema}.jobs j SET dedup_key = NULL
+        WHERE j.queue = p_queue AND j.dedup_key = p_key
+          AND j.status IN ('queued', 'scheduled', 'running')
+          AND j.created_at <= now() - p_window;
     END IF;
     RETURN v_id;
 END;
