@@ -45,14 +45,19 @@ ALTER TABLE {schema}.jobs ADD COLUMN serial_held boolean NOT NULL DEFAULT false;
 -- old job) also blocks, but is not looked for here: finding it would read
 -- every live job of the key; such a job is left not held, and the lease's
 -- own check keeps it waiting.
+--
+-- Written as "the key's lowest live id": ORDER BY serial_key, id is the order
+-- of jobs_serial_key_idx, so the plan is its first entry whatever the
+-- statistics say ("EXISTS ... s.id < NEW.id" may be planned as a walk of the
+-- primary key from the table's first id, filtering on the key).
 CREATE FUNCTION {schema}.jobs_serial_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.serial_held := EXISTS (
-        SELECT 1 FROM {schema}.jobs s
+    NEW.serial_held := coalesce((
+        SELECT s.id FROM {schema}.jobs s
         WHERE s.serial_key = NEW.serial_key
           AND s.status IN ('queued', 'scheduled', 'running')
-          AND s.id < NEW.id);
+        ORDER BY s.serial_key, s.id LIMIT 1) < NEW.id, false);
     RETURN NEW;
 END;
 $$;
@@ -67,7 +72,7 @@ DECLARE
 BEGIN
     SELECT s.id INTO v_id FROM {schema}.jobs s
     WHERE s.serial_key = OLD.serial_key AND s.status IN ('queued', 'scheduled', 'running')
-    ORDER BY s.id LIMIT 1;
+    ORDER BY s.serial_key, s.id LIMIT 1;  -- jobs_serial_key_idx's order: its first entry
     IF v_id IS NOT NULL THEN
         PERFORM 1 FROM {schema}.jobs j WHERE j.id = v_id AND j.serial_held
         FOR UPDATE SKIP LOCKED;
@@ -99,10 +104,10 @@ CREATE TRIGGER jobs_serial_release_delete AFTER DELETE ON {schema}.jobs
 -- The queued jobs blocked today.
 UPDATE {schema}.jobs j SET serial_held = true
 WHERE j.status = 'queued' AND j.serial_key IS NOT NULL
-  AND EXISTS (SELECT 1 FROM {schema}.jobs s
-              WHERE s.serial_key = j.serial_key
-                AND s.status IN ('queued', 'scheduled', 'running')
-                AND s.id < j.id);
+  AND (SELECT s.id FROM {schema}.jobs s
+       WHERE s.serial_key = j.serial_key
+         AND s.status IN ('queued', 'scheduled', 'running')
+       ORDER BY s.serial_key, s.id LIMIT 1) < j.id;
 
 -- The lease scan: one queue at a time, jobs not held, in DESIGN order. The
 -- held flag second: with the queue and NOT serial_held as equalities the
@@ -152,18 +157,20 @@ BEGIN
          WHERE j.serial_held AND j.status = 'queued' AND j.id < v_start
          ORDER BY j.id LIMIT v_limit)
     ), firsts AS (
+        -- = ANY(ARRAY(...)): one primary-key probe per job of the window (a
+        -- join may read every held job).
         SELECT DISTINCT ON (j.serial_key) j.id, j.serial_key
-        FROM (SELECT w.id FROM win w ORDER BY w.part, w.id LIMIT v_limit) w
-        JOIN {schema}.jobs j ON j.id = w.id
-        WHERE j.serial_held AND j.status = 'queued'
+        FROM {schema}.jobs j
+        WHERE j.id = ANY (ARRAY(SELECT w.id FROM win w ORDER BY w.part, w.id LIMIT v_limit))
+          AND j.serial_held AND j.status = 'queued'
         ORDER BY j.serial_key, j.id
     ), stale AS (
         SELECT f.id FROM firsts f
-        WHERE NOT EXISTS (
-            SELECT 1 FROM {schema}.jobs s
+        WHERE coalesce((
+            SELECT s.id FROM {schema}.jobs s
             WHERE s.serial_key = f.serial_key
               AND s.status IN ('queued', 'scheduled', 'running')
-              AND s.id < f.id)
+            ORDER BY s.serial_key, s.id LIMIT 1), f.id) >= f.id
     ), locked AS (
         SELECT j.id FROM {schema}.jobs j
         WHERE j.id = ANY (ARRAY(SELECT id FROM stale)) AND j.serial_held AND j.status = 'queued'
