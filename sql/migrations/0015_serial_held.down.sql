@@ -399,6 +399,7 @@ DROP FUNCTION {schema}.serial_unhold_stale(integer);
 DROP FUNCTION {schema}.jobs_serial_hold();
 DROP FUNCTION {schema}.jobs_serial_release();
 DROP INDEX {schema}.jobs_serial_held_idx;
+DROP INDEX {schema}.jobs_serial_running_idx;
 DROP INDEX {schema}.jobs_ready_idx;
 ALTER TABLE {schema}.jobs DROP COLUMN serial_held;
 CREATE INDEX jobs_ready_idx ON {schema}.jobs (queue, priority DESC, run_at, id)
