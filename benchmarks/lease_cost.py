@@ -11,7 +11,9 @@ afterwards) and times ``lease_jobs`` of one job, median of ``--reps`` calls
   list (every queue);
 * ``serial-blocked``: the same one ready job, plus ``--blocked`` ready jobs
   of one serial key queued behind a job of that key scheduled a year ahead,
-  all in the leased queue and ahead of the ready job in lease order.
+  all in the leased queue and ahead of the ready job in lease order. Since
+  0015 they are held (jobs.serial_held) and the lease skips them in the
+  ready index without reading them: the lease costs what ``empty`` costs.
 
     python -m benchmarks.lease_cost --queues 3000 --blocked 3000
 """

@@ -19,7 +19,7 @@ from tests.fixtures.postgres import is_ci
 LEASE_SCAN = """
 EXPLAIN (FORMAT JSON)
 SELECT j.id FROM pgqueue.jobs j
-WHERE j.queue = %(queue)s AND j.status = 'queued' AND j.run_at <= now()
+WHERE j.queue = %(queue)s AND j.status = 'queued' AND NOT j.serial_held AND j.run_at <= now()
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT 10
 FOR UPDATE SKIP LOCKED
