@@ -201,7 +201,7 @@ def table_stats(dsn: str) -> dict[str, Any]:
 
 def _pid_alive(dbname: str) -> bool:
     """Whether the benchmark process named in ``pgqb_<pid>_...`` still runs."""
-    parts = dbname[len(DB_PREFIX):].split("_", 1)
+    parts = dbname[len(DB_PREFIX) :].split("_", 1)
     if not parts[0].isdigit():
         return False
     try:

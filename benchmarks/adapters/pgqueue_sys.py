@@ -44,6 +44,7 @@ def _json_library() -> str:
         return "json"
     return "orjson" if orjson() is not None else "json"
 
+
 #: Optional cheap count of unfinished jobs with ``%(after)s < id <= %(upto)s`` against
 #: pgqueue's own tables. While None, :meth:`PgQueue.remaining` uses the public
 #: ``app.metrics()`` (queued + scheduled + running), which counts every job.

@@ -121,9 +121,7 @@ def migrate(
     ] = False,
     partition_period: Annotated[
         str,
-        typer.Option(
-            "--partition-period", help="With --partitioned-archive: day, week or month."
-        ),
+        typer.Option("--partition-period", help="With --partitioned-archive: day, week or month."),
     ] = "day",
 ) -> None:
     """Create or upgrade the pgqueue schema (idempotent); says what it applied.
