@@ -53,7 +53,10 @@ class Backoff:
 
     def as_list(self) -> list[float] | None:
         """The stored form; ``None`` for the default policy (stored as NULLs)."""
-        return None if self == DEFAULT_BACKOFF else [self.base, self.factor, self.max, self.jitter]
+        if self == DEFAULT_BACKOFF:
+            return None
+        # floats: one array type for the driver (Backoff(factor=1) mixes int and float)
+        return [float(self.base), float(self.factor), float(self.max), float(self.jitter)]
 
 
 DEFAULT_BACKOFF = Backoff()

@@ -62,7 +62,8 @@ def test_statements_breakdown_of_a_small_run() -> None:
         phase: " ".join(s["query"] for s in report["phases"][phase]["statements"])
         for phase in ("enqueue", "drain")
     }
-    assert "enqueue_batch" in texts["enqueue"]
+    # the bulk enqueue of jobs that differ only in their payload (0012)
+    assert "enqueue_payloads" in texts["enqueue"]
     assert "lease_jobs" in texts["drain"]
     assert "ack_jobs" in texts["drain"]
     # Nested statements (inside plpgsql) are counted, the tool's own polling is not.
@@ -71,7 +72,9 @@ def test_statements_breakdown_of_a_small_run() -> None:
     # Every job went through: the lease and the completions returned 300 rows.
     leased = sum(s["rows"] for s in drain["statements"] if "lease_jobs(" in s["query"])
     assert leased == 300
-    assert enqueue["totals"]["rows"] >= 300
+    # (enqueue_payloads returns the new ids as one array: one row per call)
+    assert enqueue["jobs"] == 300
+    assert enqueue["totals"]["rows"] >= 1
     assert drain["totals"]["wal_bytes"] > 0
     # The cluster is stopped and its directory removed.
     assert _leftovers() == before
