@@ -337,3 +337,45 @@ END;
 $$;
 
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;
+
+-- lease_jobs_observed as in 0008.
+CREATE OR REPLACE FUNCTION {schema}.lease_jobs_observed(
+    p_queues        text[],
+    p_worker_id     text,
+    p_limit         integer,
+    p_lease_seconds integer DEFAULT NULL,
+    p_now           timestamptz DEFAULT NULL
+) RETURNS TABLE (
+    job_id           bigint,
+    attempt_id       bigint,
+    attempt          integer,
+    task             text,
+    queue            text,
+    payload          jsonb,
+    lease_expires_at timestamptz,
+    lease_seconds    integer,
+    wait_seconds     double precision,
+    trace_context    jsonb
+)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_leased jsonb;
+BEGIN
+    SELECT coalesce(jsonb_agg(to_jsonb(l) ORDER BY l.ordinality), '[]'::jsonb) INTO v_leased
+    FROM {schema}.lease_jobs(p_queues, p_worker_id, p_limit, p_lease_seconds, p_now)
+         WITH ORDINALITY AS l;
+    RETURN QUERY
+    SELECT (x.e->>'job_id')::bigint, (x.e->>'attempt_id')::bigint, (x.e->>'attempt')::integer,
+           x.e->>'task', x.e->>'queue', x.e->'payload',
+           (x.e->>'lease_expires_at')::timestamptz, (x.e->>'lease_seconds')::integer,
+           extract(epoch FROM (x.e->>'lease_expires_at')::timestamptz
+                              - make_interval(secs => (x.e->>'lease_seconds')::integer)
+                              - j.run_at)::double precision,
+           j.trace_context
+    FROM jsonb_array_elements(v_leased) WITH ORDINALITY AS x(e, n)
+    LEFT JOIN {schema}.jobs j ON j.id = (x.e->>'job_id')::bigint
+    ORDER BY x.n;
+END;
+$$;
