@@ -7,7 +7,7 @@ import enum
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import PurePath
@@ -195,23 +195,8 @@ def encode_batch(
     document is larger than one payload may be are the payloads checked one by one
     to name the culprit.
     """
-    try:
-        doc = _dumps_fast(jobs)
-        data = doc.encode("utf-8")
-        encoded_len = len(data)
-    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
-        doc, data, encoded_len = "", b"", -1
     # The array and each job object nest every payload two levels deeper.
-    if (
-        encoded_len < 0
-        or encoded_len > max_payload_bytes
-        or "\\u0000" in doc
-        or nests_deeper(data, MAX_PAYLOAD_DEPTH + 2)
-    ):
-        for i, job in enumerate(jobs):
-            _explain_item(i if len(jobs) > 1 else -1, job.get("payload", {}), max_payload_bytes)
-        if encoded_len < 0:  # pragma: no cover - a job field other than the payload failed
-            raise InvalidPayload("job options are not JSON-serialisable")
+    doc = _encode_checked(jobs, (job.get("payload", {}) for job in jobs), 2, max_payload_bytes)
     if dedup is None:
         return doc
     return f'{{"dedup":{_dumps(dedup)},"jobs":{doc}}}'
@@ -236,21 +221,32 @@ def encode_payload(payload: Any, max_payload_bytes: int) -> str:
 
 def encode_payloads(payloads: list[Any], max_payload_bytes: int) -> str:
     """The JSON array of many jobs' payloads, each checked as in :func:`encode_batch`."""
+    # The array nests every payload one level deeper.
+    return _encode_checked(payloads, payloads, 1, max_payload_bytes)
+
+
+def _encode_checked(
+    value: list[Any], payloads: Iterable[Any], nesting: int, max_payload_bytes: int
+) -> str:
+    """``value`` as JSON in one call. ``payloads`` (one per item of ``value``,
+    each ``nesting`` levels down) are read only when that fails or the document
+    could hold a bad payload: then each is checked to name the culprit."""
     try:
-        doc = _dumps_fast(payloads)
+        doc = _dumps_fast(value)
         data = doc.encode("utf-8")
         encoded_len = len(data)
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
         doc, data, encoded_len = "", b"", -1
-    # The array nests every payload one level deeper.
     if (
         encoded_len < 0
         or encoded_len > max_payload_bytes
         or "\\u0000" in doc
-        or nests_deeper(data, MAX_PAYLOAD_DEPTH + 1)
+        or nests_deeper(data, MAX_PAYLOAD_DEPTH + nesting)
     ):
         for i, payload in enumerate(payloads):
-            _explain_item(i if len(payloads) > 1 else -1, payload, max_payload_bytes)
+            _explain_item(i if len(value) > 1 else -1, payload, max_payload_bytes)
+        if encoded_len < 0:  # pragma: no cover - a field other than a payload failed
+            raise InvalidPayload("job options are not JSON-serialisable")
     return doc
 
 

@@ -316,18 +316,7 @@ class Executor:
         if value is None and exc is None and rj.context is None and not rj.lost:
             # The usual ending (no result, no context.transaction()): straight to the completer.
             self.completer.ack(rj, None)
-            if self.log_successes:
-                self.jlog.info(
-                    "job succeeded",
-                    job_id=job.job_id,
-                    task=job.task,
-                    queue=job.queue,
-                    attempt=job.attempt,
-                    duration_ms=_ms_since(rj.started),
-                    outcome="succeeded",
-                )
-            if self.observing:
-                self.observer.finished(rj, "succeeded", None)
+            self._succeeded(rj)
             return
         if _completed_in_transaction(rj):
             self.running.pop(job.job_id, None)
@@ -366,20 +355,25 @@ class Executor:
                     reason=str(encoded),
                 )
             self.completer.ack(rj, encoded)
-            if self.log_successes:
-                self.jlog.info(
-                    "job succeeded",
-                    job_id=job.job_id,
-                    task=job.task,
-                    queue=job.queue,
-                    attempt=job.attempt,
-                    duration_ms=_ms_since(rj.started),
-                    outcome="succeeded",
-                )
-            if self.observing:
-                self.observer.finished(rj, "succeeded", None)
+            self._succeeded(rj)
             return
         self._record_failure(rj, self._classify(rj, exc), _ms_since(rj.started), exc)
+
+    def _succeeded(self, rj: RunningJob) -> None:
+        """Log and observe a success the completer has been handed."""
+        if self.log_successes:
+            job = rj.job
+            self.jlog.info(
+                "job succeeded",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration_ms=_ms_since(rj.started),
+                outcome="succeeded",
+            )
+        if self.observing:
+            self.observer.finished(rj, "succeeded", None)
 
     def _classify(self, rj: RunningJob, exc: BaseException) -> Failure:
         job = rj.job
