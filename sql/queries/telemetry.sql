@@ -10,11 +10,14 @@ FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
                                    %(windowed)s::boolean);
 
 -- name: job_lease_observed
--- job_lease plus, for metrics and tracing, each job's wait (seconds) and trace context.
+-- job_lease plus, for metrics and tracing, each job's wait (seconds: from
+-- run_at to the attempt's start, lease_expires_at - lease_seconds) and trace
+-- context: the same lease_jobs call, two more of its columns (0016).
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
-       wait_seconds, trace_context
-FROM {schema}.lease_jobs_observed(%(queues)s::text[], %(worker_id)s, %(limit)s,
-                                  %(lease_seconds)s::integer, %(now)s::timestamptz);
+       extract(epoch FROM lease_expires_at - run_at)::float8 - lease_seconds AS wait_seconds,
+       trace_context
+FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
+                         %(lease_seconds)s::integer, %(now)s::timestamptz);
 
 -- name: metrics_queue_live
 -- Per queue: paused, ready and running counts (each an index range scan of

@@ -1,0 +1,116 @@
+"""The lease of a worker keeping metrics or traces (0016): lease_jobs returns
+each job's run_at and trace context, so the observed lease is the same single
+statement as the plain one; upgrades and downgrades keep who may lease."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+import pgqueue
+from pgqueue.migrate import downgrade, upgrade
+from pgqueue.ops import consume
+from tests.test_security_grants import Roles
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.fixture
+def db_roles(pg_server_dsn: str) -> Iterator[Roles]:
+    made = Roles(pg_server_dsn)
+    try:
+        yield made
+    finally:
+        made.drop_all()
+
+
+def test_lease_jobs_returns_run_at_and_trace_context(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        traced = conn.execute(
+            "SELECT pgqueue.enqueue('t', '{}', run_at => now() - interval '90 seconds',"
+            " traceparent => %s)",
+            (TRACEPARENT,),
+        ).fetchone()
+        plain = conn.execute("SELECT pgqueue.enqueue('t', '{}')").fetchone()
+        assert traced is not None
+        assert plain is not None
+        stored = dict(conn.execute("SELECT id, run_at FROM pgqueue.jobs").fetchall())
+        rows = conn.execute(
+            "SELECT job_id, run_at, trace_context, lease_expires_at, lease_seconds"
+            " FROM pgqueue.lease_jobs(ARRAY['default'], 'w', 10)"
+        ).fetchall()
+    by_id = {r[0]: r for r in rows}
+    assert set(by_id) == {traced[0], plain[0]}
+    assert by_id[traced[0]][1] == stored[traced[0]]
+    assert by_id[traced[0]][2] == {"traceparent": TRACEPARENT}
+    assert by_id[plain[0]][2] is None
+    started = by_id[traced[0]][3] - timedelta(seconds=by_id[traced[0]][4])
+    assert timedelta(seconds=90) <= started - by_id[traced[0]][1] < timedelta(seconds=150)
+
+
+def test_observed_lease_reads_wait_and_trace_from_the_one_call(app: pgqueue.App) -> None:
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pgqueue.enqueue('t', '{\"n\": 1}', run_at => now() - interval '90 seconds',"
+            " traceparent => %s)",
+            (TRACEPARENT,),
+        )
+    [job] = app.database.run(consume.lease(app.op_context, "default", "w", 5, details=True))
+    assert job.payload == {"n": 1}
+    assert job.wait_seconds is not None
+    assert 90.0 <= job.wait_seconds < 150.0
+    assert job.trace_context == {"traceparent": TRACEPARENT}
+    assert "lease_jobs_observed" not in app.database.queries["job_lease_observed"]
+
+
+def test_previous_workers_lease_through_lease_jobs_observed(db_dsn: str) -> None:
+    """Workers of the previous release call lease_jobs_observed during a rolling upgrade."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.enqueue('t', run_at => now() - interval '1 minute')")
+        rows = conn.execute(
+            "SELECT job_id, wait_seconds, trace_context"
+            " FROM pgqueue.lease_jobs_observed(ARRAY['default'], 'old-worker', 5)"
+        ).fetchall()
+        status = conn.execute("SELECT status::text, worker_id FROM pgqueue.jobs").fetchall()
+    assert len(rows) == 1
+    assert 60.0 <= rows[0][1] < 120.0
+    assert rows[0][2] is None
+    assert status == [("running", "old-worker")]
+
+
+def test_upgrade_and_downgrade_keep_the_lease_right_of_existing_roles(
+    empty_db_dsn: str, db_roles: Roles
+) -> None:
+    upgrade(empty_db_dsn, revision="0015")
+    role = db_roles.create(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(f'GRANT USAGE ON SCHEMA pgqueue TO "{role.name}"')
+        conn.execute(
+            "GRANT EXECUTE ON FUNCTION pgqueue.lease_jobs, pgqueue.lease_jobs_observed,"
+            f' pgqueue.lease TO "{role.name}"'
+        )
+    upgrade(empty_db_dsn)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.enqueue('t'), pgqueue.enqueue('t')")
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        leased = conn.execute(
+            "SELECT job_id, run_at FROM pgqueue.lease_jobs(NULL, 'w', 1)"
+        ).fetchall()
+        api = conn.execute("SELECT * FROM pgqueue.lease(NULL, 'w', 1)").fetchall()
+    assert len(leased) == 1
+    assert len(api) == 1
+    assert len(api[0]) == 8
+    downgrade(empty_db_dsn, revision="0015")
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.enqueue('t')")
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        again = conn.execute("SELECT * FROM pgqueue.lease_jobs(NULL, 'w', 1)").fetchall()
+        observed = conn.execute(
+            "SELECT wait_seconds FROM pgqueue.lease_jobs_observed(NULL, 'w', 1)"
+        ).fetchall()
+    assert len(again) == 1
+    assert len(again[0]) == 8
+    assert observed == []  # nothing left to lease, but the role may call it
