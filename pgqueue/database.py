@@ -358,8 +358,8 @@ def _default_loader(oid: int) -> type[Loader]:
 
 def _raw_json(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
     """This cursor (only) leaves json and jsonb values undecoded (their text),
-    and reads
-    runs of equal timestamptz values once (see _RepeatedTimestamptzLoader)."""
+    and reads runs of equal timestamptz values once (see
+    _RepeatedTimestamptzLoader)."""
     # psycopg's own (C) text loader: the JSON text as the server sent it (a
     # str on these UTF-8 connections), with no Python call per value.
     text = _default_loader(psycopg.adapters.types["text"].oid)
