@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import cache
 from typing import Any, TypeVar
 
 import psycopg
@@ -21,7 +22,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import ConnStatus
+from psycopg.pq import ConnStatus, Format
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -328,17 +329,43 @@ async def _configure_pooled_async(conn: psycopg.AsyncConnection[Any]) -> None:
 _SESSION_SETUP = "SET plan_cache_mode = force_custom_plan; SET jit = off"
 
 
-class _RawJsonLoader(Loader):
-    """json/jsonb as the bytes the server sent (text format), undecoded."""
+class _RepeatedTimestamptzLoader(Loader):
+    """timestamptz as the connection's own loader reads it, each run of
+    equal texts decoded once. The rows of a lease share their
+    lease_expires_at (the statement's time plus the lease), and converting
+    every value to the session's time zone (a zoneinfo zone unless the
+    server says exactly ``UTC``) was the costliest part of a leased row.
+    The datetime returned again is immutable: sharing it changes nothing."""
 
-    def load(self, data: Any) -> bytes:
-        return bytes(data)
+    def __init__(self, oid: int, context: Any = None) -> None:
+        super().__init__(oid, context)
+        self._decode = _default_loader(oid)(oid, context).load
+        self._text: bytes | None = None
+        self._value: Any = None
+
+    def load(self, data: Any) -> Any:
+        text = bytes(data)
+        if text != self._text:
+            self._value = self._decode(data)
+            self._text = text
+        return self._value
+
+
+@cache
+def _default_loader(oid: int) -> type[Loader]:
+    return psycopg.adapters.get_loader(oid, Format.TEXT)  # type: ignore[return-value]
 
 
 def _raw_json(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
-    """This cursor (only) leaves json and jsonb values undecoded."""
-    cur.adapters.register_loader("jsonb", _RawJsonLoader)
-    cur.adapters.register_loader("json", _RawJsonLoader)
+    """This cursor (only) leaves json and jsonb values undecoded (their text),
+    and reads runs of equal timestamptz values once (see
+    _RepeatedTimestamptzLoader)."""
+    # psycopg's own (C) text loader: the JSON text as the server sent it (a
+    # str on these UTF-8 connections), with no Python call per value.
+    text = _default_loader(psycopg.adapters.types["text"].oid)
+    cur.adapters.register_loader("jsonb", text)
+    cur.adapters.register_loader("json", text)
+    cur.adapters.register_loader("timestamptz", _RepeatedTimestamptzLoader)
 
 
 def _socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

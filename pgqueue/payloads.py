@@ -134,7 +134,8 @@ def loads_stored(data: str | bytes) -> Any:
         return UndecodableJson("stored JSON is nested too deeply to decode")
 
 
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+_LONG_DIGITS_BYTES = re.compile(rb"[0-9]{19}")
 _orjson_module: Any = False  # False: not looked up yet; None: not installed or disabled
 
 
@@ -155,9 +156,10 @@ def orjson() -> Any:
     return _orjson_module
 
 
-def loads_many(texts: list[bytes | None]) -> list[Any]:
-    """Decode many stored JSON texts (jsonb as read from the database; None
-    for NULL) in one call: the texts joined into one JSON array.
+def loads_many(texts: list[str | None] | list[bytes | None]) -> list[Any]:
+    """Decode many stored JSON texts (jsonb as read from the database, all
+    str or all bytes; None for NULL) in one call: the texts joined into one
+    JSON array.
 
     The same values as :func:`loads_stored` one by one: orjson, when
     installed, decodes what it reads exactly as json does (jsonb text is
@@ -168,10 +170,16 @@ def loads_many(texts: list[bytes | None]) -> list[Any]:
     """
     if not texts:
         return []
-    doc = b"[" + b",".join([b"null" if t is None else t for t in texts]) + b"]"
+    doc: str | bytes
+    if isinstance(next((t for t in texts if t is not None), ""), str):
+        doc = "[" + ",".join(["null" if t is None else t for t in texts]) + "]"  # type: ignore[misc]
+        long_digits = _LONG_DIGITS.search(doc) is not None
+    else:
+        doc = b"[" + b",".join([b"null" if t is None else t for t in texts]) + b"]"  # type: ignore[misc]
+        long_digits = _LONG_DIGITS_BYTES.search(doc) is not None
     fast = orjson()
     # orjson reads integers past 64 bits as floats: leave those to json.
-    if fast is not None and not _LONG_DIGITS.search(doc):
+    if fast is not None and not long_digits:
         try:
             return fast.loads(doc)  # type: ignore[no-any-return]
         except fast.JSONDecodeError:

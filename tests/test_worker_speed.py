@@ -50,6 +50,11 @@ def test_loads_many_equals_json_one_by_one(
     assert type(got[2]["big"]) is int
     assert type(got[2]["neg"]) is int
     assert loads_many([]) == []
+    # The lease reads jsonb as text (str): the same values, the same types.
+    as_text = loads_many([None if t is None else t.decode() for t in TEXTS])
+    assert as_text == want
+    assert [type(v) for v in as_text] == [type(v) for v in want]
+    assert loads_many([None, None]) == [None, None]
 
 
 def test_loads_many_too_deep_spoils_only_its_own_job() -> None:
@@ -59,6 +64,10 @@ def test_loads_many_too_deep_spoils_only_its_own_job() -> None:
     assert got[2] == {}
     assert isinstance(got[1], UndecodableJson)
     assert isinstance(loads_stored(deep), UndecodableJson)
+    got = loads_many(['{"a": 1}', deep.decode(), "{}"])
+    assert got[0] == {"a": 1}
+    assert got[2] == {}
+    assert isinstance(got[1], UndecodableJson)
 
 
 def test_ack_arrays_are_postgres_literals() -> None:

@@ -61,10 +61,12 @@ class Completer:
         self.loop = asyncio.get_running_loop()
 
     def ack(self, rj: RunningJob, result: str | None) -> None:
-        self.ack_ids.append(rj.job.job_id)
-        self.ack_attempts.append(rj.job.attempt_id)
+        job = rj.job
+        self.ack_ids.append(job.job_id)
+        self.ack_attempts.append(job.attempt_id)
         self.ack_results.append(result)
-        self._kick()
+        if not self._scheduled and not self._flushing:  # else a flush is on its way
+            self._kick()
 
     def fail(self, rj: RunningJob, failure: Failure) -> None:
         self.failures.append(failure)
@@ -79,8 +81,9 @@ class Completer:
         return bool(self.ack_ids or self.failures or self.nacks)
 
     def _kick(self) -> None:
-        self.drained.clear()
+        # drained stays clear from here until a flush finds nothing pending.
         if not self._scheduled and not self._flushing:
+            self.drained.clear()
             self._scheduled = True
             self.loop.call_soon(self._start)
 

@@ -316,7 +316,8 @@ class Executor:
         if value is None and exc is None and rj.context is None and not rj.lost:
             # The usual ending (no result, no context.transaction()): straight to the completer.
             self.completer.ack(rj, None)
-            self._succeeded(rj)
+            if self.log_successes or self.observing:
+                self._succeeded(rj)
             return
         if _completed_in_transaction(rj):
             self.running.pop(job.job_id, None)
@@ -445,7 +446,10 @@ class Executor:
 
     def _release_slot(self) -> None:
         self.busy -= 1
-        self.capacity.set()
+        # Only the producer waits for capacity, and only once every slot is
+        # taken: the slot that ends a full house wakes it (not every slot).
+        if self.busy >= self.concurrency - 1:
+            self.capacity.set()
         if self.busy == 0:
             self.idle.set()
 
