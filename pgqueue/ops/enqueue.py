@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
-from operator import itemgetter
+from itertools import chain, repeat
 from typing import Any
 
 from pgqueue import validation
@@ -160,42 +160,59 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     before any connection is taken."""
     if isinstance(specs, JobSpec | str | bytes) or not isinstance(specs, Sequence):
         raise InvalidOption("enqueue_many takes a list of pgqueue.JobSpec")
-    for spec in specs:
-        if not isinstance(spec, JobSpec):
-            raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
+    if set(map(type, specs)) != {JobSpec}:  # (one C pass in the common case)
+        for spec in specs:
+            if not isinstance(spec, JobSpec):
+                raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
-    if len(specs) > 1 and _only_payloads_differ(specs) and not tracing.enabled():
-        return _insert_payloads(ctx, builder, specs)
+    if len(specs) > 1 and not tracing.enabled():
+        payloads = _only_payloads_differ(specs)
+        if payloads is not None:
+            return _insert_payloads(ctx, builder, specs, payloads)
     return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
 
 
-def _only_payloads_differ(specs: Sequence[JobSpec]) -> bool:
-    """Whether the jobs share every field but their payload and have no dedup
+def _only_payloads_differ(specs: Sequence[JobSpec]) -> tuple[Any, ...] | None:
+    """The payloads, when the jobs share every other field and have no dedup
     key (the common bulk enqueue): then ``enqueue_payloads`` takes them."""
     first = specs[0]
     if first.dedup_key is not None or first.dedup_window is not None or first.debounce is not None:
-        return False
-    shared = _ALL_BUT_PAYLOAD(first)
-    return all(map(shared.__eq__, map(_ALL_BUT_PAYLOAD, specs)))
+        return None
+    # Field by field, in C: a column whose every item equals its first (==,
+    # as tuples compare) is shared.
+    columns: list[tuple[Any, ...]] = list(zip(*specs, strict=True))
+    for i, column in enumerate(columns):
+        if i != _SPEC_PAYLOAD and column.count(column[0]) != len(column):
+            return None
+    return columns[_SPEC_PAYLOAD]
 
 
-# Every JobSpec field but the payload (one C call per spec).
-_ALL_BUT_PAYLOAD = itemgetter(*(i for i, name in enumerate(JobSpec._fields) if name != "payload"))
+_SPEC_PAYLOAD = JobSpec._fields.index("payload")
 
 
 def _insert_payloads(
-    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec]
+    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec], payloads: tuple[Any, ...]
 ) -> Op[list[Enqueued]]:
     job = builder.build(specs[0])  # validates the shared fields once
     del job["payload"]
-    payload = validation.payload_object
-    doc = encode_payloads([payload(s.payload) for s in specs], ctx.max_payload_bytes)
+    doc = encode_payloads(_payload_objects(payloads), ctx.max_payload_bytes)
     rows = yield Execute("job_enqueue_payloads", {"job": encode_options(job), "payloads": doc})
-    # (tuple.__new__: a named tuple's own __new__ is a Python call per job)
-    new = tuple.__new__
-    return [new(Enqueued, (job_id, True)) for job_id in rows[0][0]]
+    # Enqueued(job_id, True) per id in C calls (a named tuple's own __new__ is
+    # a Python call per job).
+    return list(map(tuple.__new__, repeat(Enqueued), zip(rows[0][0], repeat(True))))
+
+
+def _payload_objects(payloads: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """``validation.payload_object`` of every payload. The common case (every
+    payload a dict with str keys) is checked in a few C passes; any other goes
+    through the check one by one, which names what is wrong."""
+    if set(map(type, payloads)) == {dict}:
+        key_types = set(map(type, chain.from_iterable(payloads)))  # a dict iterates its keys
+        if key_types <= {str}:
+            return list(payloads)
+    return [validation.payload_object(p) for p in payloads]
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
