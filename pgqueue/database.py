@@ -464,11 +464,14 @@ def _drop_if_stale(conn: psycopg.Connection[Any], exc: DatabaseError) -> None:
         conn.close()
 
 
+_IDLE = TransactionStatus.IDLE
+
+
 def _end_transaction(conn: psycopg.Connection[Any], *, failed: bool) -> None:
     """What leaving ``with conn:`` does to a pooled connection: commit a
     transaction left open (rollback after an error), logging a failed rollback
     rather than hiding the error being raised."""
-    if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
+    if conn.pgconn.transaction_status == _IDLE or conn.closed:
         return
     if not failed:
         conn.commit()
