@@ -366,8 +366,8 @@ class _PooledConnection(psycopg.Connection[Any]):
     """A connection of the sync pool, keeping the cursor of each hot statement
     (``Execute.hot``) between checkouts: a cursor made anew per call costs a
     new adapters map and transformer, whose dumper/loader caches are then
-    rebuilt for every parameter and column (a third of a single enqueue's
-    client CPU besides the statement itself)."""
+    rebuilt for every parameter and column (~30 us of a ~140 us single
+    enqueue's client CPU, measured on a 2-core test machine)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -692,7 +692,7 @@ class Database:
         # getconn/putconn rather than pool.connection(): what its context
         # managers add is a commit or rollback, needed only when a
         # transaction is left open (these connections autocommit), and the
-        # pool's usage statistics (10-20 us of a 200 us enqueue).
+        # pool's usage statistics (together ~5-10 us of a ~170 us enqueue).
         try:
             pooled = pool.getconn()
         except PoolTimeout as exc:
