@@ -169,17 +169,38 @@ def render(template: str, schema: str) -> str:
     )
 
 
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def parameter_names(name: QueryName) -> tuple[str, ...]:
+    """The ``%(name)s`` parameters of a statement in order of appearance,
+    one entry per placeholder: the tuple :meth:`Queries.positional` takes."""
+    return tuple(_NAMED.findall(_templates()[name]))
+
+
 class Queries:
     """The statements of one schema, rendered once."""
 
-    __slots__ = ("_rendered", "schema")
+    __slots__ = ("_positional", "_rendered", "schema")
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self._rendered = {name: render(text, schema) for name, text in _templates().items()}
+        self._positional: dict[str, str] = {}
 
     def __getitem__(self, name: QueryName) -> str:
         return self._rendered[name]
+
+    def positional(self, name: QueryName) -> str:
+        """The statement with ``%s`` placeholders, taking a tuple in the order
+        of :func:`parameter_names`: psycopg then neither builds nor reorders a
+        list from a dict per call. The same str object every time (psycopg
+        keeps a cursor's adapters while the query object stays the same)."""
+        text = self._positional.get(name)
+        if text is None:
+            text = render(_NAMED.sub("%s", _templates()[name]), self.schema)
+            text = self._positional.setdefault(name, text)
+        return text
 
 
 @cache

@@ -25,14 +25,20 @@ Rows = Literal["tuple", "dict"]
 class Execute:
     """Run one named statement; the result is a list of rows, one row (or
     None) for ``fetch="one"``, or the row count for ``fetch="none"``.
+    ``params``: a mapping of the ``%(name)s`` parameters, or a tuple of them
+    in the order of :func:`pgqueue.queries.parameter_names` (cheaper).
     ``raw_json``: json/jsonb columns come back undecoded (bytes), for one
-    decode per batch (see :func:`pgqueue.payloads.loads_many`)."""
+    decode per batch (see :func:`pgqueue.payloads.loads_many`).
+    ``hot``: a statement run over and over whose result is a few small rows
+    (tuple rows, not raw_json): a pooled connection keeps its cursor, and
+    with it the last result, for the next time."""
 
     query: QueryName
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] | tuple[Any, ...] = field(default_factory=dict)
     fetch: Fetch = "all"
     rows: Rows = "tuple"
     raw_json: bool = False
+    hot: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
+from contextlib import suppress
+from itertools import chain, repeat
 from typing import Any
 
 from pgqueue import validation
@@ -11,7 +12,7 @@ from pgqueue.errors import InvalidOption
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
 from pgqueue.payloads import encode_batch, encode_options, encode_payload, encode_payloads
-from pgqueue.queries import QueryName
+from pgqueue.queries import QueryName, parameter_names
 from pgqueue.telemetry import tracing
 
 
@@ -159,71 +160,127 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
     before any connection is taken."""
     if isinstance(specs, JobSpec | str | bytes) or not isinstance(specs, Sequence):
         raise InvalidOption("enqueue_many takes a list of pgqueue.JobSpec")
-    for spec in specs:
-        if not isinstance(spec, JobSpec):
-            raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
+    if set(map(type, specs)) != {JobSpec}:  # (one C pass in the common case)
+        for spec in specs:
+            if not isinstance(spec, JobSpec):
+                raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
     if not specs:
         return _nothing()
     builder = _JobBuilder(ctx)
-    if len(specs) > 1 and _only_payloads_differ(specs) and not tracing.enabled():
-        return _insert_payloads(ctx, builder, specs)
+    if len(specs) > 1 and not tracing.enabled():
+        payloads = _only_payloads_differ(specs)
+        if payloads is not None:
+            return _insert_payloads(ctx, builder, specs, payloads)
     return _insert(builder.batch(specs), builder.queues, len(specs), builder.query())
 
 
-def _only_payloads_differ(specs: Sequence[JobSpec]) -> bool:
-    """Whether the jobs share every field but their payload and have no dedup
+def _only_payloads_differ(specs: Sequence[JobSpec]) -> tuple[Any, ...] | None:
+    """The payloads, when the jobs share every other field and have no dedup
     key (the common bulk enqueue): then ``enqueue_payloads`` takes them."""
     first = specs[0]
     if first.dedup_key is not None or first.dedup_window is not None or first.debounce is not None:
-        return False
-    shared = _ALL_BUT_PAYLOAD(first)
-    return all(map(shared.__eq__, map(_ALL_BUT_PAYLOAD, specs)))
+        return None
+    # Field by field, in C: a column whose every item equals its first (==,
+    # as tuples compare) is shared.
+    columns: list[tuple[Any, ...]] = list(zip(*specs, strict=True))
+    for i, column in enumerate(columns):
+        if i != _SPEC_PAYLOAD and column.count(column[0]) != len(column):
+            return None
+    return columns[_SPEC_PAYLOAD]
 
 
-# Every JobSpec field but the payload (one C call per spec).
-_ALL_BUT_PAYLOAD = itemgetter(*(i for i, name in enumerate(JobSpec._fields) if name != "payload"))
+_SPEC_PAYLOAD = JobSpec._fields.index("payload")
 
 
 def _insert_payloads(
-    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec]
+    ctx: OpContext, builder: _JobBuilder, specs: Sequence[JobSpec], payloads: tuple[Any, ...]
 ) -> Op[list[Enqueued]]:
     job = builder.build(specs[0])  # validates the shared fields once
     del job["payload"]
-    payload = validation.payload_object
-    doc = encode_payloads([payload(s.payload) for s in specs], ctx.max_payload_bytes)
+    doc = encode_payloads(_payload_objects(payloads), ctx.max_payload_bytes)
     rows = yield Execute("job_enqueue_payloads", {"job": encode_options(job), "payloads": doc})
-    # (tuple.__new__: a named tuple's own __new__ is a Python call per job)
-    new = tuple.__new__
-    return [new(Enqueued, (job_id, True)) for job_id in rows[0][0]]
+    # Enqueued(job_id, True) per id in C calls (a named tuple's own __new__ is
+    # a Python call per job).
+    return list(map(tuple.__new__, repeat(Enqueued), zip(rows[0][0], repeat(True))))
+
+
+def _payload_objects(payloads: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """``validation.payload_object`` of every payload. The common case (every
+    payload a dict with str keys) is checked in a few C passes; any other goes
+    through the check one by one, which names what is wrong."""
+    if set(map(type, payloads)) == {dict}:
+        key_types = set(map(type, chain.from_iterable(payloads)))  # a dict iterates its keys
+        if key_types <= {str}:
+            return list(payloads)
+    return [validation.payload_object(p) for p in payloads]
 
 
 def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job: through ``enqueue_job`` (scalar parameters, no batch
     document) unless it needs the batch functions (dedup_window/debounce, or
     a trace context to store)."""
+    if spec.dedup_window is None and spec.debounce is None and not tracing.enabled():
+        return _insert_one(_one_params(ctx, spec))
     builder = _JobBuilder(ctx)
     job = builder.build(spec)
-    if builder.windowed or tracing.enabled():
-        doc = encode_batch([job], ctx.max_payload_bytes)
-        return _first(_insert(doc, builder.queues, 1, builder.query()))
-    return _insert_one(job, encode_payload(job["payload"], ctx.max_payload_bytes))
+    doc = encode_batch([job], ctx.max_payload_bytes)
+    return _first(_insert(doc, builder.queues, 1, builder.query()))
 
 
-def _insert_one(job: dict[str, Any], payload: str) -> Op[Enqueued]:
-    params = dict.fromkeys(_ONE_FIELDS)
-    params.update(job)
-    params["payload"] = payload
-    params["lookup"] = job.get("lookup", False)
-    rows = yield Execute("job_enqueue_one", params)
-    job_id, created = rows[0]
-    return Enqueued(job_id, created)
+def _one_params(ctx: OpContext, spec: JobSpec) -> tuple[Any, ...]:
+    """The parameters of ``job_enqueue_one`` for ``spec``: the values and
+    checks of :meth:`_JobBuilder.build` (in its order), as a tuple made from
+    one cached per set of shared options."""
+    key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
+    typed = (*key, type(spec.task), type(spec.queue), type(spec.priority), type(spec.max_attempts))
+    try:
+        hit = _ONE_ROWS.get(typed)
+    except TypeError:  # unhashable options: _shared_base says what is wrong
+        hit = None
+    if hit is not None and ctx.task_defaults(spec.task) is hit[0]:
+        row = hit[1]
+    else:
+        base = _JobBuilder(ctx)._shared_base(key, spec)
+        job = {**base, "lookup": base.get("lookup", False)}
+        row = tuple(job.get(name) for name in _ONE_FIELDS)
+        if len(_ONE_ROWS) >= 1024:
+            _ONE_ROWS.clear()
+        with suppress(TypeError):  # unhashable yet valid: not remembered
+            _ONE_ROWS[typed] = (ctx.task_defaults(spec.task), row)
+    params = list(row)
+    payload = validation.payload_object(spec.payload)
+    if spec.delay is not None:
+        if spec.run_at is not None:
+            raise InvalidOption("give run_at or delay, not both")
+        if wait := validation.seconds("delay", spec.delay):
+            params[_RUN_DELAY] = wait
+    elif spec.run_at is not None:
+        params[_RUN_AT] = validation.aware("run_at", spec.run_at).isoformat()
+    if spec.dedup_key is not None:
+        params[_DEDUP_KEY] = validation.key("dedup_key", spec.dedup_key)
+    if spec.serial_key is not None:
+        params[_SERIAL_KEY] = validation.key("serial_key", spec.serial_key)
+    params[_PAYLOAD] = encode_payload(payload, ctx.max_payload_bytes)
+    return tuple(params)
 
 
-# The parameters of job_enqueue_one; a field a job object leaves out is NULL.
-_ONE_FIELDS = (
-    "task", "payload", "queue", "priority", "run_at", "delay", "max_attempts", "lease_seconds",
-    "dedup_key", "serial_key", "backoff", "lookup", "default_priority",
-)  # fmt: skip
+def _insert_one(params: tuple[Any, ...]) -> Op[Enqueued]:
+    row = yield Execute("job_enqueue_one", params, fetch="one", hot=True)
+    return Enqueued(row[0], row[1])
+
+
+# The parameters of job_enqueue_one in statement order (a field a job object
+# leaves out is NULL), and where the per-job ones go.
+_ONE_FIELDS = parameter_names("job_enqueue_one")
+_PAYLOAD, _RUN_DELAY, _RUN_AT, _DEDUP_KEY, _SERIAL_KEY = map(
+    _ONE_FIELDS.index, ("payload", "delay", "run_at", "dedup_key", "serial_key")
+)
+if len(set(_ONE_FIELDS)) != len(_ONE_FIELDS):  # pragma: no cover - a broken query file
+    raise RuntimeError("job_enqueue_one names a parameter twice")
+
+# The job_enqueue_one parameters of each set of shared options, with
+# _BASES's key and the task defaults they were made from. Never mutated.
+_ONE_ROWS: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
 
 
 def _insert(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 from collections.abc import MutableMapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -52,12 +53,36 @@ def installed() -> bool:
 
 def enabled() -> bool:
     """Whether spans would be recorded: the API is installed and a tracer
-    provider other than the API's default (which records nothing) is set."""
+    provider other than the API's default (which records nothing) is set.
+    Asked on every enqueue: a provider set at any time counts from then on."""
     trace = _api()
     if trace is None:
         return False
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    # The API's global provider, read directly while none is set: its
+    # get_tracer_provider() then looks the environment up on every call (a
+    # KeyError raised and caught: a few us of each enqueue). The variable
+    # naming a provider to load is read once (it configures the process at
+    # start); while it is set, get_tracer_provider() loads and sets that one.
+    provider = getattr(trace, "_TRACER_PROVIDER", trace)
+    if provider is None and not _provider_from_environment():
+        return False
+    if provider is None or provider is trace:  # (trace: an API without that global)
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, _not_recording())
+
+
+@cache
+def _provider_from_environment() -> bool:
+    from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
+
+    return OTEL_PYTHON_TRACER_PROVIDER in os.environ
+
+
+@cache
+def _not_recording() -> tuple[type, ...]:
+    """The API's providers that record nothing."""
+    trace = _api()
+    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def _tracer() -> Any:
