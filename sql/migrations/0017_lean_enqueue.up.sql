@@ -3,8 +3,9 @@
 -- Measured per App.enqueue call (enqueue_job of one job, no options) with
 -- callgrind on a single-user backend, instructions per call: 894k at 0015,
 -- 774k here (-13 %); 98k of it from the CHECK constraints. Backend CPU time
--- (benchmarks.enqueue_cpu, same run): 302 -> 284 us per call; WAL 376 ->
--- 328 bytes per job.
+-- (benchmarks.enqueue_cpu, medians, 0015 and 0017 in the same run; the
+-- machine was shared): 302 -> 284 and 285 -> 277 us per call in two runs
+-- (the floor: 124-132 us); WAL 376 -> 328 bytes per job.
 --
 -- * The CHECK constraints of jobs, same names, same rows refused, cheaper
 --   forms. PostgreSQL reads a table's CHECK expressions from their stored
