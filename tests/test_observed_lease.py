@@ -27,6 +27,18 @@ def db_roles(pg_server_dsn: str) -> Iterator[Roles]:
         made.drop_all()
 
 
+def _stored_wait(dsn: str, job_id: int) -> float:
+    """Seconds from the job's run_at to its attempt's start, as stored in its row."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT extract(epoch FROM attempt_started_at - run_at)::float8"
+            " FROM pgqueue.jobs WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
 def test_lease_jobs_returns_run_at_and_trace_context(db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         traced = conn.execute(
@@ -47,8 +59,13 @@ def test_lease_jobs_returns_run_at_and_trace_context(db_dsn: str) -> None:
     assert by_id[traced[0]][1] == stored[traced[0]]
     assert by_id[traced[0]][2] == {"traceparent": TRACEPARENT}
     assert by_id[plain[0]][2] is None
-    started = by_id[traced[0]][3] - timedelta(seconds=by_id[traced[0]][4])
-    assert timedelta(seconds=90) <= started - by_id[traced[0]][1] < timedelta(seconds=150)
+    # The attempt's start, as the lease stored it, follows from the returned columns.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT attempt_started_at FROM pgqueue.jobs WHERE id = %s", (traced[0],)
+        ).fetchone()
+    assert row is not None
+    assert by_id[traced[0]][3] - timedelta(seconds=by_id[traced[0]][4]) == row[0]
 
 
 def test_observed_lease_reads_wait_and_trace_from_the_one_call(app: pgqueue.App) -> None:
@@ -60,8 +77,8 @@ def test_observed_lease_reads_wait_and_trace_from_the_one_call(app: pgqueue.App)
         )
     [job] = app.database.run(consume.lease(app.op_context, "default", "w", 5, details=True))
     assert job.payload == {"n": 1}
-    assert job.wait_seconds is not None
-    assert 90.0 <= job.wait_seconds < 150.0
+    assert job.wait_seconds == pytest.approx(_stored_wait(app.dsn, job.job_id), abs=1e-6)
+    assert job.wait_seconds >= 90.0
     assert job.trace_context == {"traceparent": TRACEPARENT}
     assert "lease_jobs_observed" not in app.database.queries["job_lease_observed"]
 
@@ -76,7 +93,8 @@ def test_previous_workers_lease_through_lease_jobs_observed(db_dsn: str) -> None
         ).fetchall()
         status = conn.execute("SELECT status::text, worker_id FROM pgqueue.jobs").fetchall()
     assert len(rows) == 1
-    assert 60.0 <= rows[0][1] < 120.0
+    assert rows[0][1] == pytest.approx(_stored_wait(db_dsn, rows[0][0]), abs=1e-6)
+    assert rows[0][1] >= 60.0
     assert rows[0][2] is None
     assert status == [("running", "old-worker")]
 
