@@ -8,7 +8,6 @@ input errors raised by the SQL functions.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import select
 import threading
@@ -23,7 +22,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.pq import ConnStatus, Format, TransactionStatus
+from psycopg.pq import ConnStatus, Format
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -45,9 +44,6 @@ from pgqueue.queries import Queries, channel_for
 from pgqueue.version import SCHEMA_REVISION
 
 T = TypeVar("T")
-
-# The logger psycopg's own ``with conn:`` reports a failed rollback to.
-logger = logging.getLogger("psycopg")
 
 _SCHEMA_ERRORS = (
     pg_errors.UndefinedTable,
@@ -491,24 +487,6 @@ def _drop_if_stale(conn: psycopg.Connection[Any], exc: DatabaseError) -> None:
         conn.close()
 
 
-_IDLE = TransactionStatus.IDLE
-
-
-def _end_transaction(conn: psycopg.Connection[Any], *, failed: bool) -> None:
-    """What leaving ``with conn:`` does to a pooled connection: commit a
-    transaction left open (rollback after an error), logging a failed rollback
-    rather than hiding the error being raised."""
-    if conn.pgconn.transaction_status == _IDLE or conn.closed:
-        return
-    if not failed:
-        conn.commit()
-        return
-    try:
-        conn.rollback()
-    except Exception as exc:
-        logger.warning("error ignored in rollback on %s: %s", conn, exc)
-
-
 def _discard_async_pool(
     pool: AsyncConnectionPool[Any], loop: asyncio.AbstractEventLoop | None
 ) -> None:
@@ -715,26 +693,15 @@ class Database:
         """Drive ``op`` on ``conn`` (the caller's transaction) or a pooled connection."""
         if conn is not None:
             return self._drive(op, conn)
-        pool = self._sync_pool or self.sync_pool()
-        # getconn/putconn rather than pool.connection(): what its context
-        # managers add is a commit or rollback, needed only when a
-        # transaction is left open (these connections autocommit), and the
-        # pool's usage statistics (together ~5-10 us of a ~170 us enqueue).
         try:
-            pooled = pool.getconn()
+            with self.sync_pool().connection() as pooled:
+                try:
+                    return self._drive(op, pooled)
+                except DatabaseError as exc:
+                    _drop_if_stale(pooled, exc)
+                    raise
         except PoolTimeout as exc:
             raise self._diagnose(exc, self._probe()) from None
-        try:
-            result = self._drive(op, pooled)
-        except BaseException as exc:
-            if isinstance(exc, DatabaseError):
-                _drop_if_stale(pooled, exc)
-            _end_transaction(pooled, failed=True)
-            pool.putconn(pooled)
-            raise
-        _end_transaction(pooled, failed=False)
-        pool.putconn(pooled)
-        return result
 
     async def run_async(self, op: Op[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         """Async twin of :meth:`run`."""

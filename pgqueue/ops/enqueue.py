@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import suppress
 from itertools import chain, repeat
 from typing import Any
 
@@ -219,49 +218,14 @@ def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job: through ``enqueue_job`` (scalar parameters, no batch
     document) unless it needs the batch functions (dedup_window/debounce, or
     a trace context to store)."""
-    if spec.dedup_window is None and spec.debounce is None and not tracing.enabled():
-        return _insert_one(_one_params(ctx, spec))
     builder = _JobBuilder(ctx)
     job = builder.build(spec)
-    doc = encode_batch([job], ctx.max_payload_bytes)
-    return _first(_insert(doc, builder.queues, 1, builder.query()))
-
-
-def _one_params(ctx: OpContext, spec: JobSpec) -> tuple[Any, ...]:
-    """The parameters of ``job_enqueue_one`` for ``spec``: the values and
-    checks of :meth:`_JobBuilder.build` (in its order), as a tuple made from
-    one cached per set of shared options."""
-    key = (spec.task, spec.queue, spec.priority, spec.max_attempts)
-    typed = (*key, type(spec.task), type(spec.queue), type(spec.priority), type(spec.max_attempts))
-    try:
-        hit = _ONE_ROWS.get(typed)
-    except TypeError:  # unhashable options: _shared_base says what is wrong
-        hit = None
-    if hit is not None and ctx.task_defaults(spec.task) is hit[0]:
-        row = hit[1]
-    else:
-        base = _JobBuilder(ctx)._shared_base(key, spec)
-        job = {**base, "lookup": base.get("lookup", False)}
-        row = tuple(job.get(name) for name in _ONE_FIELDS)
-        if len(_ONE_ROWS) >= 1024:
-            _ONE_ROWS.clear()
-        with suppress(TypeError):  # unhashable yet valid: not remembered
-            _ONE_ROWS[typed] = (ctx.task_defaults(spec.task), row)
-    params = list(row)
-    payload = validation.payload_object(spec.payload)
-    if spec.delay is not None:
-        if spec.run_at is not None:
-            raise InvalidOption("give run_at or delay, not both")
-        if wait := validation.seconds("delay", spec.delay):
-            params[_RUN_DELAY] = wait
-    elif spec.run_at is not None:
-        params[_RUN_AT] = validation.aware("run_at", spec.run_at).isoformat()
-    if spec.dedup_key is not None:
-        params[_DEDUP_KEY] = validation.key("dedup_key", spec.dedup_key)
-    if spec.serial_key is not None:
-        params[_SERIAL_KEY] = validation.key("serial_key", spec.serial_key)
-    params[_PAYLOAD] = encode_payload(payload, ctx.max_payload_bytes)
-    return tuple(params)
+    if builder.windowed or tracing.enabled():
+        doc = encode_batch([job], ctx.max_payload_bytes)
+        return _first(_insert(doc, builder.queues, 1, builder.query()))
+    job["payload"] = encode_payload(job["payload"], ctx.max_payload_bytes)
+    job.setdefault("lookup", False)
+    return _insert_one(tuple(map(job.get, _ONE_FIELDS)))
 
 
 def _insert_one(params: tuple[Any, ...]) -> Op[Enqueued]:
@@ -270,17 +234,8 @@ def _insert_one(params: tuple[Any, ...]) -> Op[Enqueued]:
 
 
 # The parameters of job_enqueue_one in statement order (a field a job object
-# leaves out is NULL), and where the per-job ones go.
+# leaves out is NULL).
 _ONE_FIELDS = parameter_names("job_enqueue_one")
-_PAYLOAD, _RUN_DELAY, _RUN_AT, _DEDUP_KEY, _SERIAL_KEY = map(
-    _ONE_FIELDS.index, ("payload", "delay", "run_at", "dedup_key", "serial_key")
-)
-if len(set(_ONE_FIELDS)) != len(_ONE_FIELDS):  # pragma: no cover - a broken query file
-    raise RuntimeError("job_enqueue_one names a parameter twice")
-
-# The job_enqueue_one parameters of each set of shared options, with
-# _BASES's key and the task defaults they were made from. Never mutated.
-_ONE_ROWS: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...]]] = {}
 
 
 def _insert(

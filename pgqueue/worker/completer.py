@@ -65,8 +65,7 @@ class Completer:
         self.ack_ids.append(job.job_id)
         self.ack_attempts.append(job.attempt_id)
         self.ack_results.append(result)
-        if not self._scheduled and not self._flushing:  # else a flush is on its way
-            self._kick()
+        self._kick()
 
     def fail(self, rj: RunningJob, failure: Failure) -> None:
         self.failures.append(failure)
