@@ -14,8 +14,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    run_migration_file("${up_revision}_CHANGEME.up.sql")
+    run_migration_file("migrations/${up_revision}_CHANGEME.up.sql")
 
 
 def downgrade() -> None:
-    run_migration_file("${up_revision}_CHANGEME.down.sql")
+    run_migration_file("migrations/${up_revision}_CHANGEME.down.sql")

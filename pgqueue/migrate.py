@@ -1,4 +1,7 @@
-"""Schema migrations through Alembic; the revisions run the SQL in ``sql/migrations``.
+"""Schema migrations through Alembic.
+
+The baseline revision applies ``sql/schema.sql``; later revisions run their
+``sql/migrations/NNNN_name.{up,down}.sql`` files, numbered in apply order.
 
 ``upgrade`` is safe to run concurrently (an advisory lock per schema) and
 idempotent; ``upgrade(..., sql=True)`` writes the SQL for a DBA instead.
@@ -102,13 +105,13 @@ def current(dsn: str | None = None, schema: str = "pgqueue") -> str | None:
 
 
 def render_migration(filename: str, schema: str) -> str:
-    """The SQL of ``sql/migrations/<filename>`` for ``schema``."""
-    path = sql_dir() / "migrations" / filename
+    """The SQL of ``sql/<filename>`` (``schema.sql``, ``migrations/...``) for ``schema``."""
+    path = sql_dir() / filename
     return render(path.read_text(encoding="utf-8"), validation.schema_name(schema))
 
 
 def run_migration_file(filename: str) -> None:
-    """Run one SQL migration file from inside an Alembic revision.
+    """Run one SQL file of ``sql/`` from inside an Alembic revision.
 
     Online, the text goes to the driver as is (it holds ``%`` in plpgsql
     format strings that SQLAlchemy or a parameter parser would mangle);

@@ -44,7 +44,7 @@ _dumps_fast = _fast_dumps()
 #: as one. PostgreSQL stores far deeper JSON, but psycopg reads jsonb with
 #: Python's json module, which fails near the recursion limit (~1000 levels):
 #: a deeper job could be enqueued and then never leased or read. The SQL
-#: enqueue() function enforces the same number (sql/migrations/0003_security.up.sql).
+#: enqueue() function enforces the same number (sql/schema.sql).
 MAX_PAYLOAD_DEPTH = 256
 
 # Depth is measured on the UTF-8 JSON text, where a bracket or quote byte is

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
 
-#: Bounds of a backoff, equal to the database's (sql/migrations/0005).
+#: Bounds of a backoff, equal to the database's (sql/schema.sql, jobs_backoff_range).
 MAX_BACKOFF_SECONDS = 31_536_000
 MAX_BACKOFF_FACTOR = 1000
 

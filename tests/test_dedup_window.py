@@ -394,22 +394,3 @@ def test_a_producer_role_enqueues_windowed_and_debounced(db_dsn: str, db_roles: 
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT pgqueue.dedup_claim('default', 'p', '1 min', NULL, '{}')")
 
-
-def test_upgrade_keeps_the_enqueue_right_of_existing_roles(
-    empty_db_dsn: str, db_roles: Roles
-) -> None:
-    from pgqueue.migrate import upgrade
-
-    upgrade(empty_db_dsn, revision="0004")
-    role = db_roles.create(empty_db_dsn)
-    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        conn.execute(f'GRANT USAGE ON SCHEMA pgqueue TO "{role.name}"')
-        conn.execute(f'GRANT EXECUTE ON FUNCTION pgqueue.enqueue TO "{role.name}"')
-    upgrade(empty_db_dsn)
-    with psycopg.connect(role.dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pgqueue.enqueue('t', dedup_key => 'k', dedup_window => '1 min'),"
-            " pgqueue.enqueue('t', dedup_key => 'k', dedup_window => '1 min')"
-        ).fetchone()
-    assert row is not None
-    assert row[0] == row[1]

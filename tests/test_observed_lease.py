@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue.migrate import downgrade, upgrade
 from pgqueue.ops import consume
 from tests.test_security_grants import Roles
 
@@ -98,37 +97,3 @@ def test_previous_workers_lease_through_lease_jobs_observed(db_dsn: str) -> None
     assert rows[0][2] is None
     assert status == [("running", "old-worker")]
 
-
-def test_upgrade_and_downgrade_keep_the_lease_right_of_existing_roles(
-    empty_db_dsn: str, db_roles: Roles
-) -> None:
-    upgrade(empty_db_dsn, revision="0015")
-    role = db_roles.create(empty_db_dsn)
-    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        conn.execute(f'GRANT USAGE ON SCHEMA pgqueue TO "{role.name}"')
-        conn.execute(
-            "GRANT EXECUTE ON FUNCTION pgqueue.lease_jobs, pgqueue.lease_jobs_observed,"
-            f' pgqueue.lease TO "{role.name}"'
-        )
-    upgrade(empty_db_dsn)
-    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        conn.execute("SELECT pgqueue.enqueue('t'), pgqueue.enqueue('t')")
-    with psycopg.connect(role.dsn, autocommit=True) as conn:
-        leased = conn.execute(
-            "SELECT job_id, run_at FROM pgqueue.lease_jobs(NULL, 'w', 1)"
-        ).fetchall()
-        api = conn.execute("SELECT * FROM pgqueue.lease(NULL, 'w', 1)").fetchall()
-    assert len(leased) == 1
-    assert len(api) == 1
-    assert len(api[0]) == 8
-    downgrade(empty_db_dsn, revision="0015")
-    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-        conn.execute("SELECT pgqueue.enqueue('t')")
-    with psycopg.connect(role.dsn, autocommit=True) as conn:
-        again = conn.execute("SELECT * FROM pgqueue.lease_jobs(NULL, 'w', 1)").fetchall()
-        observed = conn.execute(
-            "SELECT wait_seconds FROM pgqueue.lease_jobs_observed(NULL, 'w', 1)"
-        ).fetchall()
-    assert len(again) == 1
-    assert len(again[0]) == 8
-    assert observed == []  # nothing left to lease, but the role may call it

@@ -26,7 +26,7 @@ from pgqueue.migrate import current, downgrade, upgrade
 from pgqueue.version import SCHEMA_REVISION
 from tests.apps import least_privilege
 from tests.cli_support import assert_one_line_error, invoke, run_cli
-from tests.fixtures.dbstate import schema_fingerprint, snapshot
+from tests.fixtures.dbstate import snapshot
 from tests.fixtures.workers import Workers
 
 # --- roles ------------------------------------------------------------------------------
@@ -161,9 +161,6 @@ def test_grant_needs_the_current_schema(empty_db_dsn: str, roles: Roles) -> None
     role = roles.create(empty_db_dsn)
     with pytest.raises(pgqueue.SchemaNotMigrated, match="pgqueue migrate"):
         grant(role.name, "producer", dsn=empty_db_dsn)
-    upgrade(empty_db_dsn, revision="0002")
-    with pytest.raises(pgqueue.SchemaNotMigrated, match="revision 0002"):
-        grant(role.name, "producer", dsn=empty_db_dsn)
 
 
 def test_dry_run_writes_nothing_and_grant_is_idempotent(db_dsn: str, roles: Roles) -> None:
@@ -276,28 +273,6 @@ def test_a_producer_cannot_hijack_the_definer_functions(
             "SELECT task, payload, queue FROM pgqueue.jobs WHERE id = %s", (row[0],)
         ).fetchone()
     assert job == ("t", {"a": 1}, "safe")
-
-
-def test_downgrade_restores_the_0002_functions(
-    empty_db_dsn: str, db_dsn: str, roles: Roles
-) -> None:
-    upgrade(empty_db_dsn, revision="0002")
-    at_0002 = schema_fingerprint(empty_db_dsn)
-    role = roles.create(db_dsn, kind="producer")
-
-    downgrade(db_dsn, revision="0002")
-
-    assert schema_fingerprint(db_dsn) == at_0002
-    assert scalar(
-        db_dsn,
-        "SELECT has_function_privilege(%s, 'pgqueue.enqueue_rows(jsonb, bigint[])', 'EXECUTE')",
-        (role.name,),
-    )  # PUBLIC may execute again
-    upgrade(db_dsn)
-    assert current(db_dsn) == SCHEMA_REVISION
-    # The role's own grants survived the round trip.
-    with pgqueue.App(role.dsn) as app:
-        assert app.enqueue("t").created
 
 
 # --- producer ---------------------------------------------------------------------------
@@ -597,7 +572,7 @@ def test_admin_can_do_everything_including_migrate(
     for role in (producer, worker_role):
         with pytest.raises(pgqueue.PermissionDenied, match="cannot migrate"):
             upgrade(role.dsn)
-    downgrade(owned_db.dsn, revision="0002")
+    downgrade(owned_db.dsn, revision="base")
     upgrade(admin.dsn)  # the admin migrates (as a member of the owner role)
     assert current(empty_db_dsn) == SCHEMA_REVISION
     for kind, role in (("worker", worker_role), ("producer", producer)):

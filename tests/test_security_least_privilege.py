@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import pgqueue
-from pgqueue.migrate import downgrade, upgrade
+from pgqueue.migrate import upgrade
 from tests.cli_support import assert_one_line_error, run_cli
 from tests.fixtures.dbstate import snapshot
 from tests.fixtures.workers import Workers, job_statuses, task_events, wait_until
@@ -102,87 +102,6 @@ def test_python_and_cli_paths_refuse_out_of_range_times(app: pgqueue.App) -> Non
     with pytest.raises(pgqueue.InvalidInput, match="run_at must be a finite time"):
         app.enqueue("t", run_at=datetime(1, 1, 2, tzinfo=UTC))
     assert app.list_jobs().jobs == []
-
-
-def poison_at_revision_0004(db_dsn: str) -> dict[str, int]:
-    """Rows the review stored through enqueue_batch before revision 0005."""
-    downgrade(db_dsn, revision="0004")
-    ids: dict[str, int] = {}
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        for name, job in {
-            "infinity": {"task": "t", "queue": "mail", "run_at": "infinity"},
-            "minus_infinity": {"task": "t", "queue": "mail", "run_at": "-infinity"},
-            "year_20000": {"task": "t", "queue": "mail", "run_at": "20000-01-01T00:00:00Z"},
-            "negative_lease": {"task": "t", "queue": "lease", "lease_seconds": -3600,
-                               "backoff": [1e30, 2, 1e38, 0]},
-            "nan_backoff": {"task": "t", "queue": "lease", "backoff": ["NaN", 2, 10, 0]},
-            "negative_attempts": {"task": "t", "queue": "lease", "max_attempts": -3},
-        }.items():  # fmt: skip
-            row = conn.execute(
-                "SELECT job_id FROM pgqueue.enqueue_batch(%s)", (Jsonb([job]),)
-            ).fetchone()
-            assert row is not None
-            ids[name] = row[0]
-        # A schedule whose next fire time is infinite (written by a worker role).
-        conn.execute(
-            "INSERT INTO pgqueue.schedules (name, cron, task, next_fire_at)"
-            " VALUES ('forever', '* * * * *', 't', 'infinity')"
-        )
-    return ids
-
-
-def test_rows_stored_before_the_fix_are_repaired_and_every_reader_works(
-    db_dsn: str, workers: Workers
-) -> None:
-    ids = poison_at_revision_0004(db_dsn)
-    upgrade(db_dsn)
-
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        rows = dict(
-            conn.execute(
-                "SELECT id, run_at FROM pgqueue.jobs WHERE id = ANY(%s)",
-                (list(ids.values()),),
-            ).fetchall()
-        )
-        stored = conn.execute(
-            "SELECT lease_seconds, max_attempts, backoff_base, backoff_max FROM pgqueue.jobs"
-            " WHERE id = %s",
-            (ids["negative_lease"],),
-        ).fetchone()
-        attempts = scalar(
-            db_dsn,
-            "SELECT max_attempts FROM pgqueue.jobs WHERE id = %s",
-            (ids["negative_attempts"],),
-        )
-        schedule = conn.execute(
-            "SELECT enabled, next_fire_at FROM pgqueue.schedules WHERE name = 'forever'"
-        ).fetchone()
-    assert rows[ids["infinity"]].year == 2499
-    assert rows[ids["year_20000"]].year == 2499
-    assert rows[ids["minus_infinity"]].year == 1970
-    assert stored == (60, 5, None, None)
-    assert attempts == 5
-    assert schedule == (False, None)
-
-    with pgqueue.App(db_dsn) as app:
-        assert len(app.list_jobs(limit=100).jobs) == len(ids)
-        app.metrics()
-        app.check()
-        app.reap()
-        for job_id in ids.values():
-            app.get_job(job_id, history=True)
-    # A worker on every queue runs the due ones and keeps running.
-    # No grace period for the unknown task (0006 would hand it back for an hour).
-    worker = workers.spawn("--concurrency", "4", "--unknown-task-grace", "0s", app=SECURITY_APP)
-    worker.wait_registered()
-    due = [ids["minus_infinity"], ids["negative_lease"], ids["nan_backoff"]]
-    wait_until(
-        lambda: all(s in ("dead", "succeeded") for s in job_statuses(db_dsn, due).values()),
-        60,
-        "the repaired due jobs to finish (task 't' is unknown: dead-lettered)",
-        [worker],
-    )
-    assert worker.alive()
 
 
 def test_no_statement_can_store_an_unreadable_time(db_dsn: str) -> None:
@@ -743,33 +662,6 @@ def test_migrate_reapplies_recorded_grants(db_dsn: str, worker_role: Role) -> No
     upgrade(db_dsn)  # nothing to apply, but the recorded grants are applied again
     with psycopg.connect(worker_role.dsn, autocommit=True) as conn:
         assert conn.execute("SELECT * FROM pgqueue.lease(NULL, 'w', 1)").fetchall() == []
-
-
-def test_roles_granted_before_0005_are_narrowed_by_migrate(db_dsn: str, roles: Roles) -> None:  # noqa: F811
-    downgrade(db_dsn, revision="0004")
-    old_worker = roles.create(db_dsn, "pgq_oldworker")
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        # What `pgqueue grant --worker` gave at revision 0004.
-        for statement in (
-            "GRANT USAGE ON SCHEMA pgqueue TO {r}",
-            "GRANT SELECT ON TABLE pgqueue.alembic_version, pgqueue.jobs, pgqueue.jobs_archive,"
-            " pgqueue.job_attempts TO {r}",
-            "GRANT UPDATE (notify_finish) ON TABLE pgqueue.jobs TO {r}",
-            "GRANT UPDATE (status, attempts, attempt_id, worker_id, attempt_started_at,"
-            " lease_expires_at, finished_at, run_at, last_error, result)"
-            " ON TABLE pgqueue.jobs TO {r}",
-            "GRANT INSERT ON TABLE pgqueue.job_attempts TO {r}",
-        ):
-            conn.execute(sql.SQL(statement).format(r=sql.Identifier(old_worker.name)))
-    upgrade(db_dsn)
-    assert (
-        scalar(db_dsn, "SELECT kind FROM pgqueue.role_grants WHERE role = %s", (old_worker.name,))
-        == "worker"
-    )
-    with psycopg.connect(old_worker.dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT * FROM pgqueue.lease(NULL, 'w', 1)").fetchall() == []
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("UPDATE pgqueue.jobs SET status = 'succeeded'")
 
 
 # --- 11, 12. locks ----------------------------------------------------------------------

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 import pgqueue
 from pgqueue.grants import grant, grant_statements
-from pgqueue.migrate import downgrade, upgrade
+from pgqueue.migrate import upgrade
 from tests.cli_support import assert_one_line_error, run_cli
 from tests.fixtures.dbstate import snapshot
 from tests.fixtures.workers import Workers, job_statuses, task_events, wait_until
@@ -229,19 +229,6 @@ def test_admin_replays_from_the_jobs_table_and_the_archive(
     assert row2 is not None
     assert row2[1:] == (True, dead)
     assert job_row(db_dsn, row2[0])["queue"] == "sql"
-
-
-def test_an_admin_granted_before_0014_may_replay_after_migrate(
-    app: pgqueue.App, db_dsn: str, admin: Role, producer: Role
-) -> None:
-    job_id = app.enqueue("t", {"a": 1}).job_id
-    downgrade(db_dsn, revision="0006")  # replay_job is gone; the grants stay recorded
-    upgrade(db_dsn)  # re-applies them: EXECUTE on the new function for the admin only
-    with pgqueue.App(admin.dsn) as adm:
-        copy = adm.replay(job_id)
-    assert job_row(db_dsn, copy)["payload"] == {"a": 1}
-    with pgqueue.App(producer.dsn) as prod:
-        refused(lambda: prod.replay(job_id), db_dsn, match="replay is an admin action")
 
 
 def test_a_replay_wakes_a_listening_worker_like_any_enqueue(

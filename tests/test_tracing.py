@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,28 +175,3 @@ def test_import_pgqueue_imports_no_extra() -> None:
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=60)
 
-
-def test_migration_0008_keeps_who_may_execute_the_rebuilt_functions(db_dsn: str) -> None:
-    from pgqueue.migrate import downgrade, upgrade
-
-    role = f"pgq_keep_{uuid.uuid4().hex[:8]}"
-    downgrade(db_dsn, revision="0007")
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE ROLE "{role}"')
-        try:
-            # What `pgqueue grant --worker` gave on revision 0007.
-            conn.execute(
-                f'GRANT EXECUTE ON FUNCTION pgqueue.enqueue, pgqueue.lease_jobs TO "{role}"'
-            )
-            upgrade(db_dsn)
-            rows = conn.execute(
-                "SELECT p.proname, has_function_privilege(%s, p.oid, 'EXECUTE'),"
-                " has_function_privilege('public', p.oid, 'EXECUTE')"
-                " FROM pg_proc p WHERE p.pronamespace = 'pgqueue'::regnamespace"
-                " AND p.proname IN ('enqueue', 'lease_jobs')",
-                (role,),
-            ).fetchall()
-            assert sorted(rows) == [("enqueue", True, False), ("lease_jobs", True, False)]
-        finally:
-            conn.execute(f'DROP OWNED BY "{role}"')
-            conn.execute(f'DROP ROLE "{role}"')

@@ -1,7 +1,7 @@
 """What must hold after a fault-injection run, checked from the database and
 from the side-effect log the tasks wrote (``public.chaos_effects``).
 
-Storage rule (see sql/migrations/0001_core.up.sql): a job's current or final
+Storage rule (see sql/schema.sql): a job's current or final
 successful attempt lives in its ``jobs`` row (attempt_id, worker_id,
 attempt_started_at, finished_at); every other attempt is a row of
 ``job_attempts``. :func:`merged_history` puts them together the way
