@@ -62,6 +62,7 @@ class PgQueueBackend(fw.BaseTaskBackend):  # type: ignore[misc]
         from django.core.exceptions import ImproperlyConfigured
 
         super().__init__(alias, params)
+        fw.import_checks()  # the backport registers its check only as an installed app
         if unknown := sorted(set(self.options) - _OPTIONS):
             raise ImproperlyConfigured(
                 f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {unknown}: "
