@@ -154,7 +154,8 @@ def test_example_project(db_dsn: str, workers: Workers) -> None:
         orders = conn.execute("SELECT item, job_id FROM orders_order ORDER BY id").fetchall()
     # The failed request left neither its order nor its job.
     assert [o[0] for o in orders] == ["book", "ink"]
-    assert row_counts(db_dsn)["jobs"] == 2
+    # Each order: ship_order (pgqueue) and send_confirmation (django.tasks).
+    assert row_counts(db_dsn)["jobs"] == 4
 
     worker = workers.spawn(
         command=[

@@ -29,5 +29,15 @@ DATABASES = {
     }
 }
 
+# Django's own Tasks framework (django.tasks; the django-tasks backport before
+# Django 6) stores its tasks as pgqueue jobs, run by `manage.py pgqueue worker`.
+TASKS = {
+    "default": {
+        "BACKEND": "pgqueue.contrib.django.tasks.PgQueueBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"schema": "pgqueue"},
+    }
+}
+
 # pgqueue's App is built from DATABASES["default"]; to use your own instead:
 # PGQUEUE_APP = "shop.queue:app"

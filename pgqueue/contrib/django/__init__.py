@@ -10,7 +10,12 @@ Add ``"pgqueue.contrib.django"`` to ``INSTALLED_APPS``. Then:
   there with ``@app.task`` are registered wherever Django runs.
 - ``pgqueue.contrib.django.app`` is the project's App: the one named by the
   ``PGQUEUE_APP`` setting (``"pkg.module:app"``), else one built from
-  ``DATABASES`` and ``PGQUEUE_SCHEMA`` (default ``"pgqueue"``).
+  ``DATABASES`` and ``PGQUEUE_SCHEMA`` (default: the ``schema`` OPTION of a
+  ``PgQueueBackend`` in ``TASKS``, else ``"pgqueue"``). Read outside a
+  started Django (``pgqueue worker --app pgqueue.contrib.django:app`` with
+  ``DJANGO_SETTINGS_MODULE`` set), it runs ``django.setup()`` first.
+- ``pgqueue.contrib.django.tasks.PgQueueBackend`` is a backend for Django's
+  Tasks framework (``django.tasks``): its tasks run in the same workers.
 
 Enqueue in the request's transaction with ``conn=django.db.connection``::
 
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
 
     app: App  # resolved on first access by __getattr__ below
 
-__all__ = ["app", "app_path", "database_dsn", "get_app"]
+__all__ = ["app", "app_path", "database_dsn", "forget_app", "get_app"]
 
 _lock = threading.Lock()
 _app: App | None = None
@@ -84,6 +89,15 @@ def get_app() -> App:
     return _app
 
 
+def forget_app() -> App | None:
+    """Drop the cached project App (built again on next use, e.g. after
+    ``override_settings``); returns it, None when there was none."""
+    global _app
+    with _lock:
+        app, _app = _app, None
+    return app
+
+
 def _load() -> App:
     from django.conf import settings
 
@@ -92,7 +106,8 @@ def _load() -> App:
 
     path = getattr(settings, "PGQUEUE_APP", None)
     if not path:
-        return App(dsn=database_dsn(), schema=getattr(settings, "PGQUEUE_SCHEMA", "pgqueue"))
+        schema = getattr(settings, "PGQUEUE_SCHEMA", None) or _tasks_schema() or "pgqueue"
+        return App(dsn=database_dsn(), schema=schema)
     module_name, _, attribute = str(path).partition(":")
     obj = getattr(importlib.import_module(module_name), attribute or "app", None)
     if not isinstance(obj, App):
@@ -100,7 +115,34 @@ def _load() -> App:
     return obj
 
 
+def _tasks_schema() -> str | None:
+    """The ``schema`` OPTION of the first pgqueue backend in ``TASKS``."""
+    from django.conf import settings
+
+    for params in (getattr(settings, "TASKS", None) or {}).values():
+        if str(params.get("BACKEND", "")).startswith(f"{__name__}.tasks."):
+            schema = (params.get("OPTIONS") or {}).get("schema")
+            if schema:
+                return str(schema)
+    return None
+
+
+def _setup_django() -> None:
+    """``django.setup()`` when this runs outside a started Django (the plain
+    ``pgqueue`` command); nothing inside one (or while apps are loading)."""
+    from django.apps import apps
+
+    if not apps.ready and not apps.loading:
+        import django
+
+        django.setup()
+        from pgqueue.contrib.django.tasks import prepare_backends
+
+        prepare_backends()  # again: no-op when INSTALLED_APPS has this app
+
+
 def __getattr__(name: str) -> Any:
     if name == "app":
+        _setup_django()
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,9 @@ from django.utils.module_loading import autodiscover_modules
 
 
 class PgQueueConfig(AppConfig):
-    """Imports every installed app's ``tasks`` module once Django is ready."""
+    """Imports every installed app's ``tasks`` module once Django is ready, and
+    prepares the ``django.tasks`` backends of pgqueue (see
+    :mod:`pgqueue.contrib.django.tasks`)."""
 
     name = "pgqueue.contrib.django"
     label = "pgqueue"
@@ -16,3 +18,6 @@ class PgQueueConfig(AppConfig):
 
     def ready(self) -> None:
         autodiscover_modules("tasks")
+        from pgqueue.contrib.django.tasks import prepare_backends
+
+        prepare_backends()
