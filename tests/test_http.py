@@ -352,7 +352,7 @@ def test_a_long_poll_is_woken_by_an_enqueue(server: Server, app: pgqueue.App) ->
 
     def poll() -> None:
         start = time.monotonic()
-        got["jobs"] = leased(server, "lp", wait=20)
+        got["jobs"] = leased(server, "lp", wait=15)
         got["seconds"] = time.monotonic() - start
 
     thread = threading.Thread(target=poll)
@@ -376,7 +376,7 @@ def test_hundreds_of_waiters_share_one_listener(server: Server, app: pgqueue.App
 
             async def one(n: int) -> list[dict[str, Any]]:
                 answer = await http.post(
-                    "/v1/queues/many/lease", json={"worker_id": f"w{n}", "wait": 30}
+                    "/v1/queues/many/lease", json={"worker_id": f"w{n}", "wait": 20}
                 )
                 assert answer.status_code == 200, answer.text
                 jobs: list[dict[str, Any]] = answer.json()["jobs"]
@@ -475,7 +475,7 @@ def test_oversize_bodies_and_odd_paths(server: Server, app: pgqueue.App) -> None
     with server.client("worker") as http:
         for path, body in (
             ("/v1/queues/q/lease", {"max": 0}),
-            ("/v1/queues/q/lease", {"wait": 61}),
+            ("/v1/queues/q/lease", {"wait": 21}),
             ("/v1/queues/q/lease", {"worker_id": "a\nb"}),
             ("/v1/jobs/1/ack", {}),
             ("/v1/jobs/1/fail", {"attempt_id": 1}),

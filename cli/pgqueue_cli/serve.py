@@ -42,6 +42,9 @@ def serve(
     max_body: Annotated[
         int, typer.Option(help="Largest request body in bytes (larger: 413).", min=1024)
     ] = 1 << 20,
+    max_wait: Annotated[
+        float, typer.Option(help="Longest long-poll a lease may ask for, in seconds.", min=0)
+    ] = 20.0,
     pool_size: Annotated[int, typer.Option(help="Database connections of the pool.", min=1)] = 10,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -82,6 +85,7 @@ def serve(
         admin_role=admin_role,
         max_body_bytes=max_body,
         pool_max_size=pool_size,
+        max_wait=max_wait,
     )
     from pgqueue.logs import configure_logging
 

@@ -136,6 +136,7 @@ class Api:
         self.schema = app.schema
         self.job_body = schemas.job_body(self.extras)
         self.batch_body = schemas.batch_body(self.extras)
+        self.lease_body = schemas.lease_body(max_wait)
         self.waiters = Waiters(app)
         self.roles: dict[Kind, str | None] = {}
         self.role_apps: dict[Kind, App] = {}
@@ -299,20 +300,28 @@ def translate(exc: BaseException) -> ApiError | None:
         return ApiError(503, "unavailable", "the database is unavailable; retry")
     if isinstance(exc, DatabaseError) and exc.transient:
         return ApiError(503, "unavailable", f"retry: {str(exc).splitlines()[0]}")
-    if isinstance(exc, psycopg.Error):
-        state = exc.sqlstate or ""
-        if state.startswith(("22", "23")):  # data exception, integrity: the input
+    if isinstance(exc, psycopg.Error | DatabaseError):
+        state = getattr(exc, "sqlstate", None) or ""
+        if state.startswith(("22", "23")) or isinstance(exc, psycopg.DataError):  # the input
             return ApiError(422, "invalid_input", str(exc).splitlines()[0])
         if state.startswith(("40", "55", "57", "53")):
             return ApiError(503, "unavailable", f"retry: {str(exc).splitlines()[0]}")
     return None
 
 
+QUERY = {"get_job": ("history",)}  # the query parameters a handler takes
+
+
 def endpoint(api: Api, handler: Callable[[Api, Request], Awaitable[Any]]) -> Handler:
     """A route handler answering JSON, errors as ``{error, message}``."""
 
+    allowed = QUERY.get(handler.__name__, ())
+
     async def run(request: Request) -> Response:
         try:
+            for name in request.query_params:
+                if name not in allowed:
+                    raise schemas.invalid(name or "?", "unknown query parameter")
             result = await handler(api, request)
         except Exception as exc:
             error = translate(exc)
@@ -406,11 +415,11 @@ async def metrics(api: Api, request: Request) -> dict[str, Any]:
 async def lease(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker")
     queue = schemas.queue_name(request.path_params["queue"])
-    body = schemas.LEASE.parse(await api.body(request, empty_ok=True))
+    body = api.lease_body.parse(await api.body(request, empty_ok=True))
     client = request.client.host if request.client else "unknown"
     worker_id = body["worker_id"] or f"http@{client}"
     count = body["max"] or 1
-    wait = min(body["wait"] or 0.0, api.max_wait)
+    wait = body["wait"] or 0.0
     await api.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
@@ -518,14 +527,11 @@ async def fail(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.FAIL.parse(await api.body(request))
+    error = body["error"].replace("\x00", "\ufffd")  # text columns hold no NUL
+    params = (job_id, body["attempt_id"], error, body["retry_at"], bool(body["permanent"]))
     async with api.transaction(kind) as conn:
-        row = await (
-            await conn.execute(
-                sql.SQL("SELECT {}(%s, %s, %s, %s, %s)").format(api.fn("fail")),
-                (job_id, body["attempt_id"], body["error"], body["retry_at"],
-                 bool(body["permanent"])),
-            )
-        ).fetchone()  # fmt: skip
+        query = sql.SQL("SELECT {}(%s, %s, %s, %s, %s)").format(api.fn("fail"))
+        row = await (await conn.execute(query, params)).fetchone()
         if not (row and row[0]):
             raise await _stale(conn, api, job_id)
     return {"job_id": job_id, "status": row[0]}
@@ -630,13 +636,14 @@ def create_api(
     max_body_bytes: int = DEFAULT_MAX_BODY,
     pool_max_size: int = 10,
     poll_interval: float = 2.0,
-    max_wait: float = 60.0,
+    max_wait: float = 20.0,
 ) -> Starlette:
     """The HTTP API of ``app`` as an ASGI app (serve it, or mount it).
 
     ``tokens``: a :class:`Tokens`, the path of a token file (``KIND
     TOKEN_SHA256`` lines), or (kind, sha256) pairs. ``*_role``: the database
     role each kind runs as (default: the one ``pgqueue grant`` recorded).
+    ``max_wait``: the longest long-poll a lease may ask for (seconds).
     ``poll_interval``: how often a long-polling lease looks again without a
     notification (jobs that become due later send none).
     """

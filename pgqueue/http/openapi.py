@@ -249,7 +249,7 @@ def openapi_document(api: Api) -> dict[str, Any]:
     bodies = [
         api.job_body,
         api.batch_body,
-        schemas.LEASE,
+        api.lease_body,
         schemas.ACK,
         schemas.FAIL,
         schemas.NACK,

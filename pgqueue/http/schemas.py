@@ -34,7 +34,7 @@ DATE_TIME = (
     r"^(197[1-9]|19[89][0-9]|2[0-3][0-9]{2}|24[0-8][0-9]|249[0-8])"
     r"-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
     r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
-    r"([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    r"([Zz]|[+-](0[0-9]|1[0-4]):[0-5][0-9])$"  # PostgreSQL takes offsets up to 15:59
 )
 TEXT = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"  # not blank, no control chars
 TAG = r"^[A-Za-z0-9_.:-]{1,64}$"
@@ -389,22 +389,27 @@ def batch_body(extras: frozenset[str]) -> Body:
     )
 
 
-LEASE = Body(
-    "LeaseRequest",
-    {
-        "worker_id": Prop(
-            Str(255, TEXT, what="1-255 characters without control characters"),
-            description="Who holds the leases (default: http@<client address>).",
-        ),
-        "max": Prop(Int(1, MAX_BATCH), description="Lease up to this many jobs (default 1)."),
-        "lease_seconds": Prop(
-            Int(1, MAX_SECONDS), description="Lease length (default: each job's own)."
-        ),
-        "wait": Prop(
-            Number(0, 60), description="Long-poll: wait up to this many seconds for a job."
-        ),
-    },
-)
+def lease_body(max_wait: float) -> Body:
+    """The lease body; ``wait`` up to ``max_wait`` seconds."""
+    return Body(
+        "LeaseRequest",
+        {
+            "worker_id": Prop(
+                Str(255, TEXT, what="1-255 characters without control characters"),
+                description="Who holds the leases (default: http@<client address>).",
+            ),
+            "max": Prop(Int(1, MAX_BATCH), description="Lease up to this many jobs (default 1)."),
+            "lease_seconds": Prop(
+                Int(1, MAX_SECONDS), description="Lease length (default: each job's own)."
+            ),
+            "wait": Prop(
+                Number(0, max_wait),
+                description="Long-poll: wait up to this many seconds for a job.",
+            ),
+        },
+    )
+
+
 ACK = Body("AckRequest", {"attempt_id": Prop(ATTEMPT_ID, required=True), "result": Prop(AnyJson())})
 FAIL = Body(
     "FailRequest",
