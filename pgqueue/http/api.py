@@ -144,6 +144,7 @@ class Api:
         self._ready = False
         self._lock = asyncio.Lock()
         self._metrics_as_server: set[Kind] = set()
+        self.openapi_bytes: bytes | None = None
 
     # --- life cycle -------------------------------------------------------------
 
@@ -605,8 +606,10 @@ async def ack_many(api: Api, request: Request) -> dict[str, Any]:
     return {"acked": acked, "lease_lost": [j for j in job_ids if j not in held]}
 
 
-async def openapi(api: Api, request: Request) -> dict[str, Any]:
-    return openapi_document(api)
+async def openapi(api: Api, request: Request) -> Response:
+    if api.openapi_bytes is None:  # built once: it describes this server's fixed limits
+        api.openapi_bytes = json.dumps(openapi_document(api)).encode()
+    return Response(api.openapi_bytes, media_type="application/json")
 
 
 ROUTES: tuple[tuple[str, str, Callable[[Api, Request], Awaitable[Any]]], ...] = (
