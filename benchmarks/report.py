@@ -38,6 +38,14 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("sse_refreshes_per_client_per_s", "refreshes/client/s", False),
         ("dashboard_db_sessions", "dashboard DB sessions", False),
     ],
+    "http": [
+        ("enqueue_http", "HTTP enqueue/s", True),
+        ("enqueue_batch_http", "HTTP batch enqueue/s", True),
+        ("lease_ack_http_1", "HTTP lease+ack 1/s", True),
+        ("lease_ack_http", "HTTP lease+ack batch/s", True),
+        ("enqueue_python", "Python enqueue/s", True),
+        ("lease_ack_python", "Python lease+ack_many/s", True),
+    ],
     "soak": [
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),

@@ -13,6 +13,7 @@ from benchmarks import cpu
 from benchmarks.adapters.base import System
 from benchmarks.common import percentile
 from benchmarks.dashboard import w_dashboard
+from benchmarks.http import w_http
 from benchmarks.db import MonitorConnection, Server, table_stats
 from benchmarks.workers import WorkerGroup
 
@@ -501,6 +502,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "xmin": w_xmin,
     "soak": w_soak,
     "dashboard": w_dashboard,
+    "http": w_http,
 }
 
 ALIASES: dict[str, list[str]] = {

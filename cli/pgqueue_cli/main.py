@@ -31,6 +31,7 @@ from pgqueue_cli import (
     parsing,
     queue,
     schedule,
+    serve,
     status,
     task,  # task registry (0006)
     uninstall,
@@ -308,6 +309,7 @@ app.command()(dev.dev)
 app.command()(telemetry_commands.metrics)
 app.command()(telemetry_commands.doctor)
 app.command()(dashboard.dashboard)
+app.command()(serve.serve)
 app.command()(watch_command.watch)
 # Task registry, settings, limits and stats; workers (0006).
 app.add_typer(task.app)
