@@ -357,7 +357,7 @@ BEGIN
         LOOP
             IF (SELECT count(*) FROM (
                     SELECT 1 FROM {schema}.jobs j
-                    WHERE j.queue = v_queue AND j.status IN ('queued', 'scheduled')
+                    WHERE j.queue = v_queue AND j.stage IN ('queued', 'scheduled') AND j.status <> 'running'
                     LIMIT v_lim.max_queued_per_queue + 1) c) > v_lim.max_queued_per_queue THEN
                 RAISE EXCEPTION 'pgqueue: quota exceeded: queue % holds more than % queued jobs (limits.max_queued_per_queue)',
                     quote_literal(v_queue), v_lim.max_queued_per_queue
@@ -460,7 +460,7 @@ BEGIN
         SET payload = p_payload,
             run_at = now() + p_debounce,
             status = CASE WHEN p_debounce > interval '0' THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
-        WHERE j.queue = p_queue AND j.dedup_key = p_key AND j.status IN ('queued', 'scheduled')
+        WHERE j.queue = p_queue AND j.dedup_key = p_key AND j.stage IN ('queued', 'scheduled') AND j.status <> 'running'
         RETURNING j.id INTO v_id;
         IF v_id IS NOT NULL THEN
             -- Idle workers recompute when to wake up.
@@ -484,7 +484,7 @@ BEGIN
         -- without it; the caller holds the key's dedup lock.
         UPDATE {schema}.jobs j SET dedup_key = NULL
         WHERE j.queue = p_queue AND j.dedup_key = p_key
-          AND j.status IN ('queued', 'scheduled', 'running')
+          AND j.stage IN ('queued', 'scheduled')
           AND j.created_at <= now() - p_window;
     END IF;
     RETURN v_id;
@@ -652,7 +652,7 @@ BEGIN
         LEFT JOIN LATERAL (
             SELECT j.id FROM {schema}.jobs j
             WHERE r.job_id IS NULL AND j.queue = r.queue AND j.dedup_key = r.dedup_key
-              AND j.status IN ('queued', 'scheduled', 'running')
+              AND j.stage IN ('queued', 'scheduled')
             LIMIT 1
         ) live ON true;
         SELECT array_agg(r.ord) INTO v_missing FROM unnest(v_rows) r WHERE r.job_id IS NULL;
@@ -849,7 +849,7 @@ BEGIN
                     p_dedup_key, p_serial_key, v_backoff[1], v_backoff[2], v_backoff[3],
                     v_backoff[4])
             ON CONFLICT (queue, dedup_key)
-                WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
+                WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
             DO NOTHING
             RETURNING j.id INTO v_id;
             IF v_id IS NOT NULL THEN
@@ -860,7 +860,7 @@ BEGIN
             -- that made the insert skip.
             SELECT j.id INTO v_id FROM {schema}.jobs j
             WHERE j.queue = v_queue AND j.dedup_key = p_dedup_key
-              AND j.status IN ('queued', 'scheduled', 'running')
+              AND j.stage IN ('queued', 'scheduled')
             LIMIT 1;
             IF v_id IS NOT NULL THEN
                 created := false;
@@ -994,7 +994,7 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
         FROM input i
         ORDER BY i.ord
         ON CONFLICT (queue, dedup_key)
-            WHERE dedup_key IS NOT NULL AND status IN ('queued', 'scheduled', 'running')
+            WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
         DO NOTHING
         RETURNING j.id, j.queue, j.status
     ),
@@ -1132,7 +1132,7 @@ SET lease_expires_at = CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.tr
                                                     ELSE 1 END)
 FROM unnest($1, $2, $3) AS e(job_id, attempt_id, seconds)
 WHERE j.id = ANY ($1)
-  AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.status = 'running'
+  AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.stage = 'queued' AND j.status = 'running'
 RETURNING j.id, j.cancel_requested
 $q$ USING p_job_ids, p_attempt_ids, p_seconds, p_now;
 END;
@@ -1200,7 +1200,7 @@ WITH clock AS MATERIALIZED (
                  '2499-12-31 00:00:00+00') END AS next_run_at
     FROM failed f
     CROSS JOIN clock c
-    JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.status = 'running'
+    JOIN {schema}.jobs j ON j.id = f.job_id AND j.attempt_id = f.attempt_id AND j.stage = 'queued' AND j.status = 'running'
     -- An operator's live max_attempts/backoff for the task (pgqueue task set) wins.
     CROSS JOIN LATERAL (
         SELECT coalesce(s.max_attempts, j.max_attempts) AS max_attempts,
@@ -1338,9 +1338,29 @@ BEGIN
     NEW.serial_held := coalesce((
         SELECT s.id FROM {schema}.jobs s
         WHERE s.serial_key = NEW.serial_key
-          AND s.status IN ('queued', 'scheduled', 'running')
+          AND s.stage IN ('queued', 'scheduled')
         ORDER BY s.serial_key, s.id LIMIT 1) < NEW.id, false);
     RETURN NEW;
+END;
+$$;
+
+CREATE FUNCTION {schema}.jobs_serial_hold_requeued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+-- A serial job queued again (staged, released, requeued) is held while an
+-- earlier live job of its key exists. An AFTER trigger on purpose: a BEFORE
+-- UPDATE row trigger makes PostgreSQL lock (and WAL-log) the old row version
+-- of every UPDATE of jobs, the lease's and the ack's included.
+DECLARE
+    v_held boolean := coalesce((
+        SELECT s.id FROM {schema}.jobs s
+        WHERE s.serial_key = NEW.serial_key
+          AND s.stage IN ('queued', 'scheduled')
+        ORDER BY s.serial_key, s.id LIMIT 1) < NEW.id, false);
+BEGIN
+    UPDATE {schema}.jobs j SET serial_held = v_held
+    WHERE j.id = NEW.id AND j.serial_held IS DISTINCT FROM v_held;
+    RETURN NULL;
 END;
 $$;
 
@@ -1351,7 +1371,7 @@ DECLARE
     v_id bigint;
 BEGIN
     SELECT s.id INTO v_id FROM {schema}.jobs s
-    WHERE s.serial_key = OLD.serial_key AND s.status IN ('queued', 'scheduled', 'running')
+    WHERE s.serial_key = OLD.serial_key AND s.stage IN ('queued', 'scheduled')
     ORDER BY s.serial_key, s.id LIMIT 1;  -- jobs_serial_key_idx's order: its first entry
     IF v_id IS NOT NULL THEN
         PERFORM 1 FROM {schema}.jobs j WHERE j.id = v_id AND j.serial_held
@@ -1421,10 +1441,10 @@ BEGIN
     -- Stage due scheduled jobs (any queue); other queues' workers are told.
     -- Only when an index probe finds one: most calls find none, and the
     -- probe costs a fraction of the staging statement.
-    IF EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'scheduled' AND j.run_at <= v_now) THEN
+    IF EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.stage = 'scheduled' AND j.run_at <= v_now) THEN
         WITH due AS MATERIALIZED (
             SELECT id FROM {schema}.jobs
-            WHERE status = 'scheduled' AND run_at <= v_now
+            WHERE stage = 'scheduled' AND run_at <= v_now
             ORDER BY run_at
             LIMIT 1000
             FOR UPDATE SKIP LOCKED
@@ -1454,10 +1474,10 @@ BEGIN
             ELSE ARRAY(
                 WITH RECURSIVE ready(name) AS (
                     (SELECT j.queue FROM {schema}.jobs j
-                     WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+                     WHERE j.stage = 'queued' AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
                     UNION ALL
                     SELECT (SELECT j.queue FROM {schema}.jobs j
-                            WHERE j.queue > r.name AND j.status = 'queued'
+                            WHERE j.queue > r.name AND j.stage = 'queued' AND j.status = 'queued'
                             ORDER BY j.queue LIMIT 1)
                     FROM ready r WHERE r.name IS NOT NULL
                 )
@@ -1479,7 +1499,8 @@ BEGIN
             IF v_ctl.concurrency_limit IS NOT NULL THEN
                 v_cap := least(v_cap, v_ctl.concurrency_limit - (
                     SELECT count(*) FROM {schema}.jobs j
-                    WHERE j.queue = v_queue.name AND j.status = 'running'
+                    WHERE j.queue = v_queue.name AND j.counted AND j.stage = 'queued'
+                      AND j.status = 'running'
                       AND j.lease_expires_at > v_now)::integer);
             END IF;
             IF v_ctl.rate_limit IS NOT NULL THEN
@@ -1505,15 +1526,15 @@ BEGIN
                 -- statement's snapshot (watch_job's notify_finish, set meanwhile)
                 -- is invisible to that scan: its job stays queued for the next lease.
                 SELECT j.ctid AS tid FROM {schema}.jobs j
-                WHERE j.queue = v_queue.name AND j.status = 'queued' AND NOT j.serial_held
+                WHERE j.queue = v_queue.name AND j.stage = 'queued' AND j.status = 'queued' AND NOT j.serial_held
                   AND j.run_at <= v_now
                   AND (j.serial_key IS NULL OR (
                     coalesce((SELECT s.id FROM {schema}.jobs s
                               WHERE s.serial_key = j.serial_key
-                                AND s.status IN ('queued', 'scheduled', 'running')
+                                AND s.stage IN ('queued', 'scheduled')
                               ORDER BY s.serial_key, s.id LIMIT 1), j.id) >= j.id
                     AND (SELECT 1 FROM {schema}.jobs s
-                         WHERE s.serial_key = j.serial_key AND s.status = 'running'
+                         WHERE s.serial_key = j.serial_key AND s.stage = 'queued' AND s.status = 'running'
                          LIMIT 1) IS NULL))
                 ORDER BY j.priority DESC, j.run_at, j.id
                 LIMIT v_cap
@@ -1522,6 +1543,9 @@ BEGIN
             , leased AS (
             UPDATE {schema}.jobs j
             SET status = 'running',
+                -- Only jobs of limited queues are counted (indexed); the
+                -- others keep the flag, so their lease stays a HOT update.
+                counted = j.counted OR v_queue.limited,
                 attempts = j.attempts + 1,
                 attempt_id = nextval('{schema}.attempt_id_seq'),
                 worker_id = p_worker_id,
@@ -1550,16 +1574,16 @@ BEGIN
                 FROM (
                     SELECT j.id, j.task, row_number() OVER () AS ord FROM (
                         SELECT j.id, j.task FROM {schema}.jobs j
-                        WHERE j.queue = v_queue.name AND j.status = 'queued' AND NOT j.serial_held
+                        WHERE j.queue = v_queue.name AND j.stage = 'queued' AND j.status = 'queued' AND NOT j.serial_held
                           AND j.run_at <= v_now
                           AND j.task <> ALL (v_blocked)
                           AND (j.serial_key IS NULL OR (
                             coalesce((SELECT s.id FROM {schema}.jobs s
                                       WHERE s.serial_key = j.serial_key
-                                        AND s.status IN ('queued', 'scheduled', 'running')
+                                        AND s.stage IN ('queued', 'scheduled')
                                       ORDER BY s.serial_key, s.id LIMIT 1), j.id) >= j.id
                             AND (SELECT 1 FROM {schema}.jobs s
-                                 WHERE s.serial_key = j.serial_key AND s.status = 'running'
+                                 WHERE s.serial_key = j.serial_key AND s.stage = 'queued' AND s.status = 'running'
                                  LIMIT 1) IS NULL))
                         ORDER BY j.priority DESC, j.run_at, j.id
                         LIMIT v_cap
@@ -1589,7 +1613,8 @@ BEGIN
                     IF v_tctl.concurrency_limit IS NOT NULL THEN
                         v_n := least(v_n, v_tctl.concurrency_limit - (
                             SELECT count(*) FROM {schema}.jobs j
-                            WHERE j.task = v_t AND j.status = 'running'
+                            WHERE j.task = v_t AND j.counted AND j.stage = 'queued'
+                              AND j.status = 'running'
                               AND j.lease_expires_at > v_now)::integer);
                     END IF;
                     IF v_tctl.rate_limit IS NOT NULL THEN
@@ -1617,6 +1642,7 @@ BEGIN
                     WITH leased AS (
                     UPDATE {schema}.jobs j
                     SET status = 'running',
+                        counted = j.counted OR v_queue.limited OR j.task = ANY (v_limited),
                         attempts = j.attempts + 1,
                         attempt_id = nextval('{schema}.attempt_id_seq'),
                         worker_id = p_worker_id,
@@ -1739,7 +1765,7 @@ BEGIN
     DELETE FROM {schema}.workers w
     WHERE w.lost_at < now() - make_interval(secs => p_seconds)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                      WHERE j.status = 'running' AND j.worker_id = w.id)
+                      WHERE j.stage = 'queued' AND j.status = 'running' AND j.worker_id = w.id)
     RETURNING w.id;
 END;
 $$;
@@ -1793,24 +1819,24 @@ CREATE FUNCTION {schema}.queue_oldest_ready(p_queue text, p_now timestamp with t
     AS $$
     WITH RECURSIVE levels AS (
         SELECT h.held, (SELECT j.priority FROM {schema}.jobs j
-                        WHERE j.queue = p_queue AND j.status = 'queued' AND j.serial_held = h.held
+                        WHERE j.queue = p_queue AND j.stage = 'queued' AND j.status = 'queued' AND j.serial_held = h.held
                         ORDER BY j.priority DESC LIMIT 1) AS priority
         FROM (VALUES (false), (true)) h(held)
         UNION ALL
         SELECT l.held, (SELECT j.priority FROM {schema}.jobs j
-                        WHERE j.queue = p_queue AND j.status = 'queued' AND j.serial_held = l.held
+                        WHERE j.queue = p_queue AND j.stage = 'queued' AND j.status = 'queued' AND j.serial_held = l.held
                           AND j.priority < l.priority
                         ORDER BY j.priority DESC LIMIT 1)
         FROM levels l WHERE l.priority IS NOT NULL
     )
     SELECT least(
         (SELECT min((SELECT j.run_at FROM {schema}.jobs j
-                     WHERE j.queue = p_queue AND j.status = 'queued' AND j.serial_held = l.held
+                     WHERE j.queue = p_queue AND j.stage = 'queued' AND j.status = 'queued' AND j.serial_held = l.held
                        AND j.priority = l.priority
                      ORDER BY j.run_at LIMIT 1))
          FROM levels l WHERE l.priority IS NOT NULL),
         (SELECT min(j.run_at) FROM {schema}.jobs j
-         WHERE j.status = 'scheduled' AND j.run_at <= coalesce(p_now, now()) AND j.queue = p_queue))
+         WHERE j.stage = 'scheduled' AND j.run_at <= coalesce(p_now, now()) AND j.queue = p_queue))
 $$;
 
 CREATE FUNCTION {schema}.reap_jobs(p_limit integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, status text)
@@ -1827,7 +1853,7 @@ WITH clock AS MATERIALIZED (
     SELECT CASE WHEN $2 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($2), now()) END AS now
 ), expired AS MATERIALIZED (
     SELECT j.id FROM {schema}.jobs j
-    WHERE j.status = 'running' AND j.lease_expires_at < (SELECT now FROM clock)
+    WHERE j.stage = 'queued' AND j.status = 'running' AND j.lease_expires_at < (SELECT now FROM clock)
     ORDER BY j.lease_expires_at
     LIMIT least(greatest($1, 1), 10000)
     FOR UPDATE SKIP LOCKED
@@ -1993,7 +2019,7 @@ WITH clock AS MATERIALIZED (
 ), old AS (
     SELECT j.id, j.attempt_id, j.attempts, j.attempt_started_at, j.worker_id, j.cancel_requested
     FROM {schema}.jobs j JOIN released r ON j.id = r.job_id AND j.attempt_id = r.attempt_id
-    WHERE j.id = ANY ($1) AND j.status = 'running'
+    WHERE j.id = ANY ($1) AND j.stage = 'queued' AND j.status = 'running'
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -2082,21 +2108,21 @@ DECLARE
     v_n     integer;
 BEGIN
     SELECT j.id INTO v_lo FROM {schema}.jobs j
-    WHERE j.serial_held AND j.status = 'queued' ORDER BY j.id LIMIT 1;
+    WHERE j.serial_held AND j.stage = 'queued' AND j.status = 'queued' ORDER BY j.id LIMIT 1;
     IF v_lo IS NULL THEN
         RETURN 0;
     END IF;
     SELECT j.id INTO v_hi FROM {schema}.jobs j
-    WHERE j.serial_held AND j.status = 'queued' ORDER BY j.id DESC LIMIT 1;
+    WHERE j.serial_held AND j.stage = 'queued' AND j.status = 'queued' ORDER BY j.id DESC LIMIT 1;
     v_start := v_lo + floor(random() * (v_hi - v_lo + 1))::bigint;
 
     WITH win AS MATERIALIZED (
         (SELECT j.id, 0 AS part FROM {schema}.jobs j
-         WHERE j.serial_held AND j.status = 'queued' AND j.id >= v_start
+         WHERE j.serial_held AND j.stage = 'queued' AND j.status = 'queued' AND j.id >= v_start
          ORDER BY j.id LIMIT v_limit)
         UNION ALL
         (SELECT j.id, 1 AS part FROM {schema}.jobs j
-         WHERE j.serial_held AND j.status = 'queued' AND j.id < v_start
+         WHERE j.serial_held AND j.stage = 'queued' AND j.status = 'queued' AND j.id < v_start
          ORDER BY j.id LIMIT v_limit)
     ), firsts AS (
         -- = ANY(ARRAY(...)): one primary-key probe per job of the window (a
@@ -2104,18 +2130,18 @@ BEGIN
         SELECT DISTINCT ON (j.serial_key) j.id, j.serial_key
         FROM {schema}.jobs j
         WHERE j.id = ANY (ARRAY(SELECT w.id FROM win w ORDER BY w.part, w.id LIMIT v_limit))
-          AND j.serial_held AND j.status = 'queued'
+          AND j.serial_held AND j.stage = 'queued' AND j.status = 'queued'
         ORDER BY j.serial_key, j.id
     ), stale AS (
         SELECT f.id FROM firsts f
         WHERE coalesce((
             SELECT s.id FROM {schema}.jobs s
             WHERE s.serial_key = f.serial_key
-              AND s.status IN ('queued', 'scheduled', 'running')
+              AND s.stage IN ('queued', 'scheduled')
             ORDER BY s.serial_key, s.id LIMIT 1), f.id) >= f.id
     ), locked AS (
         SELECT j.id FROM {schema}.jobs j
-        WHERE j.id = ANY (ARRAY(SELECT id FROM stale)) AND j.serial_held AND j.status = 'queued'
+        WHERE j.id = ANY (ARRAY(SELECT id FROM stale)) AND j.serial_held AND j.stage = 'queued' AND j.status = 'queued'
         FOR UPDATE SKIP LOCKED
     )
     UPDATE {schema}.jobs j SET serial_held = false
@@ -2184,39 +2210,45 @@ CREATE TABLE {schema}.job_attempts (
 
 CREATE TABLE {schema}.jobs (
     id bigint NOT NULL,
-    priority smallint DEFAULT 0 NOT NULL,
-    status {schema}.job_status NOT NULL,
-    attempts integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 5 NOT NULL,
-    lease_seconds integer DEFAULT 60 NOT NULL,
     run_at timestamp with time zone NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempt_id bigint,
-    attempt_started_at timestamp with time zone,
-    lease_expires_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    cancel_requested boolean DEFAULT false NOT NULL,
-    notify_finish boolean DEFAULT false NOT NULL,
+    priority smallint DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    lease_seconds integer DEFAULT 60 NOT NULL,
     backoff_base real,
     backoff_factor real,
     backoff_max real,
     backoff_jitter real,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    notify_finish boolean DEFAULT false NOT NULL,
+    serial_held boolean DEFAULT false NOT NULL,
     queue text NOT NULL,
     task text NOT NULL,
     payload jsonb NOT NULL,
-    worker_id text,
     dedup_key text,
     serial_key text,
+    trace_context jsonb DEFAULT (NULLIF(current_setting('pgqueue.trace_context'::text, true), ''::text))::jsonb,
+    attempt_id bigint,
+    attempt_started_at timestamp with time zone,
+    lease_expires_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    status {schema}.job_status NOT NULL,
+    stage {schema}.job_status GENERATED ALWAYS AS (
+CASE
+    WHEN (status = 'running'::{schema}.job_status) THEN 'queued'::{schema}.job_status
+    ELSE status
+END) STORED,
+    attempts integer DEFAULT 0 NOT NULL,
+    counted boolean DEFAULT false NOT NULL,
+    worker_id text,
     last_error text,
     result jsonb,
-    trace_context jsonb DEFAULT (NULLIF(current_setting('pgqueue.trace_context'::text, true), ''::text))::jsonb,
-    serial_held boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_backoff_range CHECK (((LEAST(backoff_base, backoff_factor, backoff_max, backoff_jitter) >= (0)::double precision) AND (GREATEST((backoff_base)::double precision, (backoff_max)::double precision, (backoff_factor * (31536)::double precision), (backoff_jitter * (31536000)::double precision)) <= (31536000)::double precision))),
     CONSTRAINT jobs_lease_seconds_positive CHECK ((lease_seconds >= 1)),
     CONSTRAINT jobs_max_attempts_not_negative CHECK ((max_attempts >= 0)),
     CONSTRAINT jobs_run_at_range CHECK ((run_at <@ '["1970-01-01 00:00:00+00","2500-01-01 00:00:00+00")'::tstzrange))
 )
-WITH (fillfactor='90', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
+WITH (fillfactor='35', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
 
 CREATE TABLE {schema}.jobs_archive (
     id bigint NOT NULL,
@@ -2401,23 +2433,23 @@ CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive USING btree
 
 CREATE INDEX jobs_archive_finished_idx ON {schema}.jobs_archive USING btree (finished_at);
 
+CREATE INDEX jobs_counted_queue_idx ON {schema}.jobs USING btree (queue) WHERE (counted AND (stage = 'queued'::{schema}.job_status));
+
+CREATE INDEX jobs_counted_task_idx ON {schema}.jobs USING btree (task) WHERE (counted AND (stage = 'queued'::{schema}.job_status));
+
 CREATE INDEX jobs_dedup_created_idx ON {schema}.jobs USING btree (queue, dedup_key, created_at) WHERE (dedup_key IS NOT NULL);
 
-CREATE UNIQUE INDEX jobs_dedup_key_idx ON {schema}.jobs USING btree (queue, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status, 'running'::{schema}.job_status])));
+CREATE UNIQUE INDEX jobs_dedup_key_idx ON {schema}.jobs USING btree (queue, dedup_key) WHERE ((dedup_key IS NOT NULL) AND (stage = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status])));
 
-CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (status, finished_at) INCLUDE (queue) WHERE (status = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]));
+CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (stage, finished_at) INCLUDE (queue) WHERE (stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]));
 
-CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WHERE (status = 'queued'::{schema}.job_status);
+CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WHERE (stage = 'queued'::{schema}.job_status);
 
-CREATE INDEX jobs_running_idx ON {schema}.jobs USING btree (queue, lease_expires_at) WHERE (status = 'running'::{schema}.job_status);
+CREATE INDEX jobs_scheduled_idx ON {schema}.jobs USING btree (run_at) WHERE (stage = 'scheduled'::{schema}.job_status);
 
-CREATE INDEX jobs_scheduled_idx ON {schema}.jobs USING btree (run_at) WHERE (status = 'scheduled'::{schema}.job_status);
+CREATE INDEX jobs_serial_held_idx ON {schema}.jobs USING btree (id) WHERE (serial_held AND (stage = 'queued'::{schema}.job_status));
 
-CREATE INDEX jobs_serial_held_idx ON {schema}.jobs USING btree (id) WHERE (serial_held AND (status = 'queued'::{schema}.job_status));
-
-CREATE INDEX jobs_serial_key_idx ON {schema}.jobs USING btree (serial_key, id) WHERE ((serial_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status, 'running'::{schema}.job_status])));
-
-CREATE INDEX jobs_serial_running_idx ON {schema}.jobs USING btree (serial_key) WHERE ((serial_key IS NOT NULL) AND (status = 'running'::{schema}.job_status));
+CREATE INDEX jobs_serial_key_idx ON {schema}.jobs USING btree (serial_key, id) WHERE ((serial_key IS NOT NULL) AND (stage = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status])));
 
 CREATE INDEX queue_lease_log_idx ON {schema}.queue_lease_log USING btree (queue, leased_at);
 
@@ -2427,7 +2459,7 @@ CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log USING btree (task, le
 
 CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
 
-CREATE TRIGGER jobs_serial_hold_update BEFORE UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status) AND (old.status <> 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
+CREATE TRIGGER jobs_serial_hold_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status) AND (old.status <> 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold_requeued();
 
 CREATE TRIGGER jobs_serial_release_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN (((old.serial_key IS NOT NULL) AND (old.status = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status, 'running'::{schema}.job_status])))) EXECUTE FUNCTION {schema}.jobs_serial_release();
 
@@ -2499,6 +2531,8 @@ REVOKE ALL ON FUNCTION {schema}.heartbeat_worker(p_worker_id text, p_token text,
 REVOKE ALL ON FUNCTION {schema}.job_status(job_id bigint) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.jobs_serial_hold() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.jobs_serial_hold_requeued() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.jobs_serial_release() FROM PUBLIC;
 

@@ -1,4 +1,5 @@
-"""The lease's scan must keep using the partial index over ready jobs (jobs_ready_idx).
+"""The lease's scan must keep using the partial index over live jobs (jobs_ready_idx,
+``stage = 'queued'``: queued and running, so that the lease is a HOT update).
 
 With many finished and scheduled rows around a few thousand ready ones, a
 sequential scan or another index would make every lease read the whole table.
@@ -19,7 +20,8 @@ from tests.fixtures.postgres import is_ci
 LEASE_SCAN = """
 EXPLAIN (FORMAT JSON)
 SELECT j.id FROM pgqueue.jobs j
-WHERE j.queue = %(queue)s AND j.status = 'queued' AND NOT j.serial_held AND j.run_at <= now()
+WHERE j.queue = %(queue)s AND j.stage = 'queued' AND j.status = 'queued' AND NOT j.serial_held
+  AND j.run_at <= now()
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT 10
 FOR UPDATE SKIP LOCKED

@@ -20,7 +20,7 @@ CREATE_FUNCTION = re.compile(
 def test_schema_file_matches_a_database_migrated_to_head(empty_db_dsn: str) -> None:
     dumped = dump_head(empty_db_dsn)
     on_disk = schema_file().read_text(encoding="utf-8")
-    assert dumped == on_disk, "run `python -m pgqueue.schema dump --write` and commit sql/schema.sql"
+    assert dumped == on_disk, "run `python -m pgqueue.schema dump --write`, commit sql/schema.sql"
 
 
 def test_revisions_are_numbered_in_the_order_they_apply() -> None:

@@ -31,6 +31,7 @@ from pgqueue.ops.inspect import (
     encode_cursor,
     job_from_row,
     queue_counts,
+    stages,
 )
 
 if TYPE_CHECKING:
@@ -324,6 +325,7 @@ def list_jobs_op(flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> 
         "queue": flt.queue,
         "task": flt.task,
         "stored_statuses": stored,
+        "stored_stages": stages(stored),
         "due": due,
         "before_id": before_id,
         "limit": limit + 1,

@@ -84,6 +84,12 @@ _STORED = {
 }
 
 
+def stages(stored: list[str] | None) -> list[str] | None:
+    """The ``stage`` values of these stored statuses: the copy of ``status``
+    the indexes use, which a lease does not change (running is stage queued)."""
+    return None if stored is None else sorted({"queued" if s == "running" else s for s in stored})
+
+
 def encode_cursor(job_id: int) -> str:
     return base64.urlsafe_b64encode(f"id:{job_id}".encode()).decode().rstrip("=")
 
@@ -119,6 +125,7 @@ def list_jobs(
         "queue": validation.queue_name(queue) if queue is not None else None,
         "task": validation.task_name(task) if task is not None else None,
         "stored_statuses": stored,
+        "stored_stages": stages(stored),
         "due": due,
         "before_id": decode_cursor(cursor) if cursor else None,
         "limit": validation.positive_int("limit", limit, 10_000) + 1,

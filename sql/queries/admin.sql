@@ -53,7 +53,8 @@ FROM {schema}.jobs j
 WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(stored_statuses)s::{schema}.job_status[] IS NULL
-       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[]))
+       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
+          AND j.stage = ANY (%(stored_stages)s::{schema}.job_status[]))
   AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
   AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
 ORDER BY j.id DESC
@@ -65,7 +66,7 @@ LIMIT %(limit)s;
 -- status before and after, or nothing when the job is not live.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE id = %(job_id)s AND status IN ('queued', 'scheduled', 'running')
+    WHERE id = %(job_id)s AND stage IN ('queued', 'scheduled')
     FOR UPDATE
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -103,15 +104,15 @@ SELECT job_id, created FROM {schema}.replay_job(%(job_id)s, %(queue)s::text, %(r
 -- (or repeated among the selected) is skipped. Returns the requeued ids.
 WITH candidates AS MATERIALIZED (
     SELECT j.id FROM {schema}.jobs j
-    WHERE j.status = 'dead'
+    WHERE j.stage = 'dead'
       AND (%(job_ids)s::bigint[] IS NULL OR j.id = ANY (%(job_ids)s::bigint[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
       AND (j.dedup_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM {schema}.jobs o
             WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
-              AND (o.status IN ('queued', 'scheduled', 'running')
-                   OR (o.status = 'dead' AND o.id < j.id
+              AND (o.stage IN ('queued', 'scheduled')
+                   OR (o.stage = 'dead' AND o.id < j.id
                        AND (%(job_ids)s::bigint[] IS NULL OR o.id = ANY (%(job_ids)s::bigint[]))))))
     ORDER BY j.id
     LIMIT %(limit)s
@@ -135,9 +136,9 @@ SELECT r.id FROM requeued r CROSS JOIN notified;
 SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
        extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-            WHERE j.queue = q.name AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
+            WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-            WHERE j.queue = q.name AND j.status = 'running' LIMIT %(cap)s) c) AS running,
+            WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
 FROM {schema}.queues q
@@ -155,17 +156,17 @@ SELECT s.status, s.queue, count(*)::bigint AS n, min(s.at) AS oldest, max(s.at) 
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'due' ELSE 'scheduled' END AS status, j.queue,
             j.run_at AS at
-     FROM {schema}.jobs j WHERE j.status = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
+     FROM {schema}.jobs j WHERE j.stage = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
     (SELECT 'succeeded', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
+     WHERE j.stage = 'succeeded' AND j.finished_at > now() - interval '1 hour'
      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
     (SELECT 'dead', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.status = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
+     WHERE j.stage = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
     (SELECT 'cancelled', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.status = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
+     WHERE j.stage = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;
 
@@ -175,17 +176,17 @@ GROUP BY s.status, s.queue;
 SELECT
     (SELECT s.id FROM {schema}.jobs s
      WHERE s.serial_key = j.serial_key AND s.id <> j.id
-       AND s.status IN ('queued', 'scheduled', 'running')
-       AND (s.id < j.id OR s.status = 'running')
-     ORDER BY (s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_id,
+       AND s.stage IN ('queued', 'scheduled')
+       AND (s.id < j.id OR s.stage = 'queued' AND s.status = 'running')
+     ORDER BY (s.stage = 'queued' AND s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_id,
     (SELECT s.status::text FROM {schema}.jobs s
      WHERE s.serial_key = j.serial_key AND s.id <> j.id
-       AND s.status IN ('queued', 'scheduled', 'running')
-       AND (s.id < j.id OR s.status = 'running')
-     ORDER BY (s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_status,
+       AND s.stage IN ('queued', 'scheduled')
+       AND (s.id < j.id OR s.stage = 'queued' AND s.status = 'running')
+     ORDER BY (s.stage = 'queued' AND s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_status,
     q.paused, q.concurrency_limit, q.rate_limit,
     extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
-    (SELECT count(*) FROM {schema}.jobs r WHERE r.queue = j.queue AND r.status = 'running'
+    (SELECT count(*) FROM {schema}.jobs r WHERE r.queue = j.queue AND r.stage = 'queued' AND r.status = 'running'
         AND r.lease_expires_at > now()) AS running_in_queue,
     (SELECT count(*) FROM {schema}.queue_lease_log l WHERE l.queue = j.queue
         AND l.leased_at > now() - q.rate_period) AS leases_in_window,
@@ -193,7 +194,7 @@ SELECT
         WHERE l.queue = j.queue AND l.leased_at > now() - q.rate_period) AS rate_next_slot,
     (SELECT count(*) FROM (
         SELECT 1 FROM {schema}.jobs a
-        WHERE a.queue = j.queue AND a.status = 'queued'
+        WHERE a.queue = j.queue AND a.stage = 'queued' AND a.status = 'queued'
           AND (a.priority, -extract(epoch FROM a.run_at), -a.id)
               > (j.priority, -extract(epoch FROM j.run_at), -j.id)
         LIMIT 10000) ahead) AS jobs_ahead,
@@ -230,6 +231,6 @@ SELECT u.name, pg_notify({channel}, 'q:' || u.name) IS NULL FROM upserted u;
 -- name: job_dead_count
 -- How many dead jobs a bulk requeue with these filters would consider.
 SELECT count(*) FROM {schema}.jobs j
-WHERE j.status = 'dead'
+WHERE j.stage = 'dead'
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text);

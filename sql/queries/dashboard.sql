@@ -22,13 +22,13 @@ FROM minutes m
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
     FROM (SELECT j.finished_at FROM {schema}.jobs j
-          WHERE j.status = 'succeeded' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          WHERE j.stage = 'succeeded' AND j.finished_at >= m.start AND j.finished_at < m.stop
           ORDER BY j.finished_at LIMIT %(per_minute)s) x
 ) ok
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
     FROM (SELECT j.finished_at FROM {schema}.jobs j
-          WHERE j.status = 'dead' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          WHERE j.stage = 'dead' AND j.finished_at >= m.start AND j.finished_at < m.stop
           ORDER BY j.finished_at LIMIT %(per_minute)s) x
 ) dead
 ORDER BY m.start;
@@ -41,7 +41,8 @@ SELECT j.id, j.queue, j.task, j.payload, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result
 FROM {schema}.jobs j
-WHERE j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
+WHERE j.stage = ANY (%(stored_stages)s::{schema}.job_status[])
+  AND j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
   AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -62,7 +63,8 @@ FROM (SELECT * FROM {schema}.jobs w
       ORDER BY w.id DESC
       LIMIT %(window)s) j
 WHERE (%(stored_statuses)s::{schema}.job_status[] IS NULL
-       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[]))
+       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
+          AND j.stage = ANY (%(stored_stages)s::{schema}.job_status[]))
   AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -91,7 +93,7 @@ WITH recent AS (
            substr(coalesce(j.last_error, ''), length(split_part(coalesce(j.last_error, ''), ': ', 1)) + 3)
                AS message
     FROM {schema}.jobs j
-    WHERE j.status = 'dead'
+    WHERE j.stage = 'dead'
     ORDER BY j.finished_at DESC
     LIMIT %(cap)s
 ), marked AS (
@@ -124,7 +126,7 @@ SELECT j.id, j.finished_at,
            '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(-[0-9a-fA-F]{4,})*', 'H', 'g'),
            '[0-9]+', 'N', 'g')), 12) AS fingerprint
 FROM {schema}.jobs j
-WHERE j.status = 'dead' AND j.task = %(task)s::text
+WHERE j.stage = 'dead' AND j.task = %(task)s::text
   AND (%(after_finished)s::timestamptz IS NULL
        OR j.finished_at <= %(after_finished)s::timestamptz)
   AND (%(after_finished)s::timestamptz IS NULL
@@ -137,7 +139,7 @@ LIMIT %(limit)s;
 -- ones are asked to stop (their worker is told). Finished ones are left alone.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE id = ANY (%(job_ids)s::bigint[]) AND status IN ('queued', 'scheduled', 'running')
+    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled')
     ORDER BY id
     FOR UPDATE
 ), updated AS (
@@ -159,10 +161,10 @@ FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
 -- A cheap fingerprint of what changed: the newest job id and the newest
 -- finish of each outcome (one index probe each), for the live updates.
 SELECT (SELECT max(id) FROM {schema}.jobs) AS newest_id,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'succeeded') AS succeeded,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'dead') AS dead,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'cancelled') AS cancelled,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs WHERE status = 'running'
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'succeeded') AS succeeded,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'dead') AS dead,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs WHERE stage = 'queued' AND status = 'running'
                               LIMIT 10001) r) AS running,
        (SELECT max(updated_at) FROM {schema}.queues) AS queues,
        (SELECT max(last_heartbeat_at) FROM {schema}.workers) AS workers;
@@ -178,7 +180,7 @@ SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result
 FROM {schema}.jobs j
-WHERE j.status = %(status)s::{schema}.job_status
+WHERE j.stage = %(status)s::{schema}.job_status  -- a finished status: stage = status
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(before_finished)s::timestamptz IS NULL

@@ -77,6 +77,6 @@ SELECT pg_backend_pid() AS pid, inet_server_port() AS server_port,
 SELECT count(*)::bigint AS waiting,
        extract(epoch FROM now() - min(finished_at))::float8 AS oldest_seconds
 FROM (SELECT finished_at FROM {schema}.jobs
-      WHERE status IN ('succeeded', 'dead', 'cancelled')
+      WHERE stage IN ('succeeded', 'dead', 'cancelled')
         AND finished_at < now() - make_interval(secs => %(seconds)s)
       LIMIT %(cap)s) f;

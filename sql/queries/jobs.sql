@@ -79,7 +79,7 @@ LEFT JOIN {schema}.jobs j ON j.id = c.job_id;
 -- window of one of these queues (NULL: all) frees a slot; NULL when neither.
 -- On the server's clock so that client clock skew does not matter.
 SELECT extract(epoch FROM least(
-    (SELECT min(run_at) FROM {schema}.jobs WHERE status = 'scheduled'),
+    (SELECT min(run_at) FROM {schema}.jobs WHERE stage = 'scheduled'),
     (SELECT min(w.next_slot) FROM (
         SELECT min(l.leased_at) + q.rate_period AS next_slot
         FROM {schema}.queues q

@@ -15,7 +15,7 @@ WITH moved AS (
     DELETE FROM {schema}.jobs j
     WHERE j.id = ANY (ARRAY(
         SELECT id FROM {schema}.jobs
-        WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
+        WHERE stage = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED))
     RETURNING j.*
@@ -34,7 +34,7 @@ FROM moved;
 -- name: job_archive_count
 -- How many finished jobs an archive run with this cutoff would move.
 SELECT count(*) FROM {schema}.jobs
-WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval);
+WHERE stage = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval);
 
 -- name: attempt_prune_batch
 -- Delete up to %(limit)s attempt records finished before the cutoff, except
@@ -44,7 +44,7 @@ WHERE a.id = ANY (ARRAY(
     SELECT p.id FROM {schema}.job_attempts p
     WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                      WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))
+                      WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled'))
     ORDER BY p.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED));
@@ -64,7 +64,7 @@ WHERE a.id = ANY (ARRAY(
 SELECT (SELECT count(*) FROM {schema}.job_attempts p
         WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                          WHERE j.id = p.job_id AND j.status IN ('queued', 'scheduled', 'running'))),
+                          WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled'))),
        (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval));
 
 -- name: table_stats

@@ -24,9 +24,9 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- the queue's part of a partial index, stopping at the cap), oldest ready age.
 SELECT q.name AS queue, q.paused,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-            WHERE j.queue = q.name AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
+            WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-            WHERE j.queue = q.name AND j.status = 'running' LIMIT %(cap)s) c) AS running,
+            WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
 FROM {schema}.queues q
@@ -42,16 +42,16 @@ ORDER BY q.name;
 SELECT s.status, s.queue, count(*)::bigint AS n
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'queued' ELSE 'scheduled' END AS status, j.queue
-     FROM {schema}.jobs j WHERE j.status = 'scheduled'
+     FROM {schema}.jobs j WHERE j.stage = 'scheduled'
      ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
-    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded'
+    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.stage = 'succeeded'
      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
-    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
+    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.stage = 'dead'
      ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
-    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
+    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.stage = 'cancelled'
      ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;

@@ -1,0 +1,110 @@
+"""The layout that keeps a job's writes cheap (docs/storage-layout.md): the lease
+is a HOT update, no index mentions a column the lease writes, no BEFORE UPDATE
+row trigger locks every updated row, and the lease/completion columns end the row."""
+
+from __future__ import annotations
+
+import psycopg
+
+import pgqueue
+
+#: What lease_jobs writes; an index on any of them makes every lease non-HOT.
+LEASE_WRITES = {
+    "status",
+    "attempts",
+    "attempt_id",
+    "attempt_started_at",
+    "lease_expires_at",
+    "worker_id",
+}
+
+
+def test_no_index_of_jobs_mentions_a_column_the_lease_writes(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn) as conn:
+        rows = conn.execute(
+            """
+            SELECT i.indexrelid::regclass::text, a.attname
+            FROM pg_index i
+            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum > 0
+            WHERE i.indrelid = 'pgqueue.jobs'::regclass
+              AND (a.attnum = ANY (i.indkey)
+                   OR pg_get_expr(i.indpred, i.indrelid) ~ ('\\m' || a.attname || '\\M')
+                   OR pg_get_expr(i.indexprs, i.indrelid) ~ ('\\m' || a.attname || '\\M'))
+            """
+        ).fetchall()
+    assert rows, "no index of pgqueue.jobs found"
+    assert [r for r in rows if r[1] in LEASE_WRITES] == []
+
+
+def test_the_lease_is_a_hot_update(app: pgqueue.App, db_dsn: str) -> None:
+    app.enqueue_many([pgqueue.JobSpec("t", {"n": n}) for n in range(200)])
+    # Lease and ack on this connection: it flushes its own table statistics.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+
+        def counts() -> tuple[int, int]:
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                " WHERE relid = 'pgqueue.jobs'::regclass"
+            ).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        before = counts()
+        leased = conn.execute(
+            "SELECT job_id, attempt_id FROM pgqueue.lease_jobs(NULL, 'w1', 200)"
+        ).fetchall()
+        after_lease = counts()
+        conn.execute(
+            "SELECT * FROM pgqueue.ack_jobs(%s, %s, NULL)",
+            ([r[0] for r in leased], [r[1] for r in leased]),
+        )
+        after_ack = counts()
+
+    assert len(leased) == 200
+    assert after_lease[0] - before[0] == 200
+    assert after_lease[1] - before[1] == 200, "every lease must be a HOT update"
+    assert after_ack[0] - after_lease[0] == 200  # the completions: one update each
+    assert {app.get_job(r[0]).status for r in leased} == {pgqueue.JobStatus.SUCCEEDED}
+
+
+def test_jobs_has_no_before_update_row_trigger(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn) as conn:
+        names = conn.execute(
+            # tgtype bits: 1 = row, 2 = before, 16 = update
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'pgqueue.jobs'::regclass"
+            " AND NOT tgisinternal AND tgtype & 1 = 1 AND tgtype & 2 = 2 AND tgtype & 16 = 16"
+        ).fetchall()
+    assert names == []
+
+
+def test_the_columns_a_lease_or_completion_writes_end_the_row(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn) as conn:
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'pgqueue.jobs'::regclass"
+                " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+            ).fetchall()
+        ]
+    tail = columns[columns.index("attempt_id") :]
+    assert LEASE_WRITES | {"finished_at", "result"} <= set(tail)
+    assert {"payload", "queue", "task"}.isdisjoint(tail)
+
+
+def test_a_requeued_serial_job_behind_a_live_one_is_held(app: pgqueue.App, db_dsn: str) -> None:
+    first = app.enqueue("t", serial_key="k").job_id
+    (leased,) = app.lease("default", "w1", max=1)
+    assert leased.job_id == first
+    second = app.enqueue("t", serial_key="k").job_id
+    app.nack(leased)  # the first is queued again: it stays ahead, not held
+    with psycopg.connect(db_dsn) as conn:
+        held = dict(
+            conn.execute(
+                "SELECT id, serial_held FROM pgqueue.jobs WHERE id = ANY(%s)", ([first, second],)
+            ).fetchall()
+        )
+    assert held == {first: False, second: True}
+    (again,) = app.lease("default", "w1", max=5)
+    assert again.job_id == first
