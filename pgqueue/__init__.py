@@ -44,6 +44,7 @@ from pgqueue.errors import (
 )
 from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
+from pgqueue.middleware import Middleware
 from pgqueue.models import (
     ArchiveLayout,
     Attempt,
@@ -64,7 +65,7 @@ from pgqueue.models import (
     UnknownTaskJobs,
     WorkerInfo,
 )
-from pgqueue.retry import Backoff, Permanent, Retry
+from pgqueue.retry import Backoff, Permanent, Retry, Snooze
 from pgqueue.router import RoutedTask, Router
 from pgqueue.task import Task
 from pgqueue.telemetry.database_view import QueueView
@@ -107,6 +108,7 @@ __all__ = [
     "Page",
     "Replayed",
     "PayloadTooLarge",
+    "Middleware",
     "Permanent",
     "PermissionDenied",
     "PgQueueError",
@@ -118,6 +120,7 @@ __all__ = [
     "ResultTimeout",
     "ScheduleConflict",
     "Retry",
+    "Snooze",
     "Schedule",
     "ScheduleNotFound",
     "SchemaNotMigrated",

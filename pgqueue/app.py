@@ -20,6 +20,7 @@ from pgqueue.config import resolve_dsn, resolve_listen_dsn, resolve_pooler
 from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption, InvalidPayload
 from pgqueue.health import HealthReport, HealthSettings
+from pgqueue.middleware import Middleware
 from pgqueue.models import (
     ArchiveLayout,
     Enqueued,
@@ -104,8 +105,13 @@ class App:
         pooler: str | None = None,
         listen_dsn: str | None = None,
         clock: Callable[[], datetime | None] | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.schema = validation.schema_name(schema)
+        #: Hooks around task runs and enqueues (see :class:`pgqueue.Middleware`).
+        self.middleware: list[Middleware] = []
+        for m in middleware:
+            self.add_middleware(m)
         self.dsn = resolve_dsn(dsn)
         self.max_payload_bytes = validation.positive_int("max_payload_bytes", max_payload_bytes)
         self.max_result_bytes = validation.positive_int("max_result_bytes", max_result_bytes)
@@ -144,10 +150,19 @@ class App:
             max_result_bytes=self.max_result_bytes,
             task_defaults=self._task_defaults,
             clock=clock or _no_clock,
+            middleware=self.middleware,
         )
 
     def __repr__(self) -> str:
         return f"<pgqueue.App schema={self.schema!r} tasks={len(self.tasks)}>"
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Add a middleware inside those already added (the first is outermost)."""
+        if not isinstance(middleware, Middleware):
+            raise InvalidOption(
+                f"middleware must be a pgqueue.Middleware, got {type(middleware).__name__}"
+            )
+        self.middleware.append(middleware)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -276,12 +291,16 @@ class App:
         conn: ConnectionLike | None = None,
         dedup_window: float | timedelta | None = None,
         debounce: float | timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
         in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
         Connection/Session, or Django's connection). ``dedup_window``: no new
         job if one with this dedup_key was created within that many seconds;
-        ``debounce``: postpone and update the queued job holding the key."""
+        ``debounce``: postpone and update the queued job holding the key.
+        ``tags`` (up to 16 labels) and ``meta`` (a JSON object up to 8 KiB)
+        are stored with the job."""
         spec = JobSpec(
             task,
             payload,
@@ -294,6 +313,8 @@ class App:
             serial_key,
             dedup_window,
             debounce,
+            tags,
+            meta,
         )
         return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
@@ -312,6 +333,8 @@ class App:
         conn: ConnectionLike | None = None,
         dedup_window: float | timedelta | None = None,
         debounce: float | timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Enqueued:
         """Async twin of :meth:`enqueue` (``conn``: an async connection or session)."""
         spec = JobSpec(
@@ -326,6 +349,8 @@ class App:
             serial_key,
             dedup_window,
             debounce,
+            tags,
+            meta,
         )
         return await self.database.run_async(
             enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
@@ -459,9 +484,12 @@ class App:
         task: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        *,
+        tags: Sequence[str] | None = None,
     ) -> Page:
-        """A page of jobs, newest first; pass ``page.next_cursor`` for the next one."""
-        return self.database.run(inspect.list_jobs(queue, status, task, limit, cursor))
+        """A page of jobs, newest first; pass ``page.next_cursor`` for the next one.
+        ``tags``: only jobs having every one of them."""
+        return self.database.run(inspect.list_jobs(queue, status, task, limit, cursor, tags))
 
     async def list_jobs_async(
         self,
@@ -470,9 +498,13 @@ class App:
         task: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        *,
+        tags: Sequence[str] | None = None,
     ) -> Page:
         """Async twin of :meth:`list_jobs`."""
-        return await self.database.run_async(inspect.list_jobs(queue, status, task, limit, cursor))
+        return await self.database.run_async(
+            inspect.list_jobs(queue, status, task, limit, cursor, tags)
+        )
 
     def metrics(self, queue: str | None = None) -> dict[str, QueueMetrics]:
         """Counts per queue: queued, scheduled, running, succeeded (last hour),

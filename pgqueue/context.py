@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from pgqueue import validation
 from pgqueue.errors import InvalidOption
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ class JobContext:
     ``extend(seconds)`` asks the worker to push this job's lease to now +
     seconds at once (the heartbeat does it; the call does not block).
     ``transaction()`` gives a connection whose transaction also records the
-    job succeeded when it commits.
+    job succeeded when it commits. ``set_progress(value)`` tells how far the
+    job got; ``tags`` and ``meta`` are what it was enqueued with.
     """
 
     job_id: int
@@ -30,9 +32,14 @@ class JobContext:
     attempt_id: int
     queue: str
     task: str
+    tags: list[str] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    #: The last value given to :meth:`set_progress` in this attempt.
+    progress: Any = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _extend: Callable[[float], None] | None = field(default=None, repr=False)
     _transactions: TaskTransactions | None = field(default=None, repr=False)
+    _progress: Callable[[str], None] | None = field(default=None, repr=False)
 
     def should_stop(self) -> bool:
         """True once the job was cancelled or the worker is shutting down."""
@@ -42,6 +49,15 @@ class JobContext:
         """Ask for the lease to be extended to now + ``seconds``."""
         if self._extend is not None:
             self._extend(seconds)
+
+    def set_progress(self, value: float | dict[str, Any]) -> None:
+        """Store how far the job got: a number, or a JSON object of at most
+        4 KiB (``Job.progress``). Written at most about once a second; the
+        last value given before the attempt ends is always written."""
+        text = validation.progress(value)
+        self.progress = value
+        if self._progress is not None:
+            self._progress(text)
 
     def transaction(self) -> JobTransaction:
         """Complete the job in the task's own transaction::

@@ -98,7 +98,7 @@ _PRODUCER_FUNCTIONS = (
 _WORKER_FUNCTIONS = (
     # The Python worker's batch statements.
     "lease_jobs", "lease_jobs_observed", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs",
-    "reap_jobs",
+    "reap_jobs", "set_progress",
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
     # Its own registration, heartbeat and deregistration, and the reaper's

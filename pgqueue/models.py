@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -38,6 +39,8 @@ class AttemptOutcome(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     CANCELLED = "cancelled"
     RELEASED = "released"
+    #: The task raised :class:`pgqueue.Snooze`: queued again, no attempt spent.
+    SNOOZED = "snoozed"
 
 
 class Enqueued(NamedTuple):
@@ -68,6 +71,10 @@ class JobSpec(NamedTuple):
     #: While the job holding dedup_key is still queued, replace its payload and
     #: move its run_at to now + debounce seconds instead of creating one.
     debounce: float | timedelta | None = None
+    #: Up to 16 labels of ``[A-Za-z0-9_.:-]{1,64}`` (``list_jobs(tags=...)``).
+    tags: Sequence[str] | None = None
+    #: A JSON object of at most 8 KiB stored with the job, for people and tools.
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +113,12 @@ class Job:
     last_error: str | None
     result: Any
     attempt_history: list[Attempt] | None = field(default=None)
+    tags: list[str] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    #: The last value the task gave ``context.set_progress`` (a number or an object).
+    progress: Any = None
+    #: Times the job raised :class:`pgqueue.Snooze` (attempts it did not spend).
+    snoozes: int = 0
 
 
 @dataclass(slots=True)
@@ -129,6 +142,9 @@ class LeasedJob:
     #: trace context stored with it.
     wait_seconds: float | None = None
     trace_context: dict[str, Any] | None = None
+    #: The job's tags and meta as enqueued (None when it has none).
+    tags: list[str] | None = None
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

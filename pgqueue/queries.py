@@ -23,6 +23,7 @@ QueryName = Literal[
     "job_enqueue_batch",
     "job_enqueue_windowed",
     "job_lease",
+    "job_set_progress",
     "job_ack_many",
     "job_fail_many",
     "job_nack_many",

@@ -77,3 +77,17 @@ class Retry(Exception):
 
 class Permanent(Exception):
     """Raise from a task to dead-letter the job at once, without retries."""
+
+
+class Snooze(Exception):
+    """Raise from a task to run it again after ``delay`` (seconds, a timedelta or
+    text like ``"5m"``) without spending an attempt: "not now".
+
+    The attempt is recorded with outcome ``snoozed``; ``Job.snoozes`` counts
+    them; ``max_attempts`` and the backoff of later failures are unaffected.
+    """
+
+    def __init__(self, delay: float | str | timedelta = 0.0) -> None:
+        seconds = validation.seconds("Snooze delay", delay)
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.delay = seconds

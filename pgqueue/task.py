@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -88,6 +88,8 @@ class Task(Generic[P, R]):
         conn: ConnectionLike | None = None,
         dedup_window: float | timedelta | None = None,
         debounce: float | timedelta | None = None,
+        tags: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> TaskCall:
         """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``.
         ``conn``: see :meth:`pgqueue.App.enqueue`."""
@@ -105,6 +107,8 @@ class Task(Generic[P, R]):
                 serial_key,
                 dedup_window,
                 debounce,
+                tags,
+                meta,
             ),
             conn,
         )
@@ -154,20 +158,7 @@ class TaskCall:
         self.task, self.spec, self.conn = task, spec, conn
 
     def _spec(self, payload: dict[str, Any]) -> JobSpec:
-        s = self.spec
-        return JobSpec(
-            s.task,
-            payload,
-            s.queue,
-            s.priority,
-            s.run_at,
-            s.delay,
-            s.max_attempts,
-            s.dedup_key,
-            s.serial_key,
-            s.dedup_window,
-            s.debounce,
-        )
+        return self.spec._replace(payload=payload)
 
     def enqueue(self, *args: Any, **payload: Any) -> Enqueued:
         """Enqueue with these options (in ``conn``'s transaction when given)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -142,6 +143,64 @@ def aware(name: str, value: object) -> datetime:
     if not isinstance(value, datetime):
         raise InvalidOption(f"{name} must be a datetime, got {value!r}")
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+MAX_TAGS = 16
+MAX_META_BYTES = 8192
+_TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def tags(value: object) -> list[str] | None:
+    """Up to 16 distinct-or-not labels of ``[A-Za-z0-9_.:-]{1,64}``; None or empty: no tags."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
+        raise InvalidOption(f"tags must be a list of strings, got {value!r}")
+    out = list(value)
+    if len(out) > MAX_TAGS:
+        raise InvalidOption(f"tags: at most {MAX_TAGS}, got {len(out)}")
+    for tag in out:
+        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+            raise InvalidOption(
+                f"tags: each tag is 1 to 64 characters from A-Z a-z 0-9 _ . : -, got {tag!r}"
+            )
+    return out or None
+
+
+def meta(value: object) -> dict[str, Any] | None:
+    """A JSON object of at most 8 KiB (as compact JSON); None: no meta."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidOption(f"meta must be a JSON object (a dict), got {type(value).__name__}")
+    try:
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"meta is not JSON: {exc}") from None
+    if size > MAX_META_BYTES:
+        raise InvalidOption(f"meta is {size} bytes of JSON, over the {MAX_META_BYTES}-byte limit")
+    return value
+
+
+MAX_PROGRESS_BYTES = 4096
+
+
+def progress(value: object) -> str:
+    """``context.set_progress``'s value as JSON text: a finite number, or a
+    JSON object of at most 4 KiB."""
+    if isinstance(value, bool) or not isinstance(value, int | float | dict):
+        raise InvalidOption(
+            f"progress must be a number or a JSON object (a dict), got {type(value).__name__}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidOption(f"progress must be a finite number, got {value!r}")
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOption(f"progress is not JSON: {exc}") from None
+    if len(text.encode()) > MAX_PROGRESS_BYTES:
+        raise InvalidOption(f"progress is over the {MAX_PROGRESS_BYTES}-byte limit")
+    return text
 
 
 def payload_object(value: Any) -> dict[str, Any]:

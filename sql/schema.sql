@@ -15,7 +15,8 @@ CREATE TYPE {schema}.attempt_outcome AS ENUM (
     'timeout',
     'lease_expired',
     'cancelled',
-    'released'
+    'released',
+    'snoozed'
 );
 
 CREATE TYPE {schema}.enqueued AS (
@@ -251,7 +252,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer) RETURNS boolean
+CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[] DEFAULT NULL::text[], p_meta jsonb DEFAULT NULL::jsonb) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -325,6 +326,18 @@ BEGIN
             OR NOT coalesce(p_backoff[4] BETWEEN 0 AND 1, true)) THEN
         RAISE EXCEPTION '%', format('pgqueue: backoff must be [base, factor, max, jitter] with base and max from 0 to 31536000 seconds, factor from 1 to 1000 and jitter from 0 to 1, got %s%s',
             p_backoff::text, v_job)
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_tags IS NOT NULL AND (
+            coalesce(array_length(p_tags, 1), 0) > 16 OR array_ndims(p_tags) > 1
+            OR EXISTS (SELECT 1 FROM unnest(p_tags) t
+                       WHERE t IS NULL OR length(t) NOT BETWEEN 1 AND 64 OR t ~ '[^A-Za-z0-9_.:-]')) THEN
+        RAISE EXCEPTION '%', format('pgqueue: tags must be at most 16 strings of 1 to 64 characters from A-Z a-z 0-9 _ . : -, got %s%s',
+            left(p_tags::text, 200), v_job)
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_meta IS NOT NULL AND (jsonb_typeof(p_meta) <> 'object' OR octet_length(p_meta::text) > 8192) THEN
+        RAISE EXCEPTION 'pgqueue: meta must be a JSON object of at most 8192 bytes%', v_job
             USING ERRCODE = '22023';
     END IF;
     RETURN true;
@@ -529,7 +542,7 @@ CREATE FUNCTION {schema}.deregister_worker(p_worker_id text, p_token text) RETUR
     SELECT count(*) > 0 FROM gone;
 $$;
 
-CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -565,7 +578,7 @@ BEGIN
         END IF;
     END IF;
     v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                   dedup_key, serial_key);
+                                   dedup_key, serial_key, tags, meta);
     IF traceparent IS NOT NULL THEN
         PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
     END IF;
@@ -611,11 +624,11 @@ BEGIN
             INSERT INTO {schema}.jobs AS j (
                 id, task, payload, queue, priority, run_at, status, max_attempts,
                 lease_seconds, dedup_key, serial_key, backoff_base, backoff_factor,
-                backoff_max, backoff_jitter)
+                backoff_max, backoff_jitter, tags, meta)
             SELECT nextval('{schema}.jobs_id_seq'), i.task, i.payload, i.queue, i.priority,
                    i.run_at, i.status, i.max_attempts, i.lease_seconds, i.dedup_key,
                    i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
-                   i.backoff_jitter
+                   i.backoff_jitter, i.tags, i.meta
             -- The sort reads (and so validates) every job before the first
             -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
             -- scan is already ordered on ord, which would skip the sort.)
@@ -696,7 +709,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real)
+CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real, tags text[], meta jsonb)
     LANGUAGE sql STABLE
     AS $$
     SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb),
@@ -717,15 +730,16 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
            coalesce(r.lease_seconds, CASE WHEN r.lookup THEN (
                SELECT g.lease_seconds FROM {schema}.tasks g WHERE g.name = r.task) END, 60),
            r.dedup_key, r.serial_key,
-           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4]
+           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4],
+           r.tags, r.meta
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
         task text, payload jsonb, queue text, priority integer,
         run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
         dedup_key text, serial_key text, backoff real[], lookup boolean,
-        default_priority integer))
+        default_priority integer, tags text[], meta jsonb))
         WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                              lease_seconds, dedup_key, serial_key, backoff, lookup,
-                             default_priority, ord)
+                             default_priority, tags, meta, ord)
     -- delay is added to the database clock, never the client's.
     CROSS JOIN LATERAL (SELECT coalesce(r.run_at, now() + make_interval(secs => CASE
                             WHEN r.delay BETWEEN 0 AND 3153600000 THEN coalesce(r.delay, 0) ELSE 0 END))
@@ -752,7 +766,7 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
                     AND t.run_at >= '1970-01-01 00:00:00+00' AND t.run_at < '2500-01-01 00:00:00+00'
                     AND (r.max_attempts IS NULL OR r.max_attempts >= 0)
                     AND (r.lease_seconds IS NULL OR r.lease_seconds >= 1)
-                    AND r.backoff IS NULL
+                    AND r.backoff IS NULL AND r.tags IS NULL AND r.meta IS NULL
                THEN true
                ELSE {schema}.check_job(
         CASE WHEN jsonb_array_length(p_jobs) > 1 THEN r.ord END, r.task,
@@ -761,7 +775,8 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
         CASE WHEN r.delay IS NULL OR r.delay BETWEEN 0 AND 3153600000 THEN t.run_at
              ELSE now() END,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
-        coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576)) END
+        coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576),
+        r.tags, r.meta) END
 $$;
 
 CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer) RETURNS TABLE(job_id bigint, created boolean)
@@ -936,12 +951,12 @@ BEGIN
     WITH inserted AS (
         INSERT INTO {schema}.jobs AS j (
             id, task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
+            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta)
         SELECT nextval('{schema}.jobs_id_seq'), v_job.task,
                CASE WHEN jsonb_typeof(e.payload) = 'null' THEN '{}'::jsonb ELSE e.payload END,
                v_job.queue, v_job.priority, v_job.run_at, v_job.status, v_job.max_attempts,
                v_job.lease_seconds, v_job.serial_key, v_job.backoff_base, v_job.backoff_factor,
-               v_job.backoff_max, v_job.backoff_jitter
+               v_job.backoff_max, v_job.backoff_jitter, v_job.tags, v_job.meta
         FROM jsonb_array_elements(p_payloads) AS e(payload)
         RETURNING j.id
     )
@@ -960,13 +975,22 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
     IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
         RAISE EXCEPTION 'pgqueue: payload must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF tags IS NOT NULL OR meta IS NOT NULL THEN
+        -- The batch path stores (and check_job validates) tags and meta;
+        -- enqueue_job, the hot single-job path, has no parameters for them.
+        RETURN (SELECT b.job_id FROM {schema}.enqueue_batch(jsonb_build_array(jsonb_build_object(
+            'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
+            'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
+            'dedup_key', dedup_key, 'serial_key', serial_key, 'lookup', true,
+            'tags', to_jsonb(tags), 'meta', meta))) b);
     END IF;
     RETURN (SELECT e.job_id FROM {schema}.enqueue_job(
         task, payload, queue, priority, coalesce(run_at, now()), NULL, max_attempts, NULL,
@@ -987,10 +1011,10 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
         INSERT INTO {schema}.jobs AS j (
             id, task, payload, queue, priority, run_at, status, max_attempts,
             lease_seconds, dedup_key, serial_key,
-            backoff_base, backoff_factor, backoff_max, backoff_jitter)
+            backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta)
         SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
                i.lease_seconds, i.dedup_key, i.serial_key,
-               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter
+               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter, i.tags, i.meta
         FROM input i
         ORDER BY i.ord
         ON CONFLICT (queue, dedup_key)
@@ -1160,7 +1184,7 @@ WITH clock AS MATERIALIZED (
     SELECT CASE WHEN $10 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($10), now()) END AS now
 ), failed AS (
     SELECT f.job_id, f.attempt_id,
-           CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired')
+           CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired', 'snoozed')
                 THEN f.outcome ELSE 'failed' END::{schema}.attempt_outcome AS outcome,
            f.retry_at, f.retry_delay, coalesce(f.permanent, false) AS permanent,
            coalesce(f.error_code, 'error') AS error_code, f.error_message, f.traceback,
@@ -1174,6 +1198,8 @@ WITH clock AS MATERIALIZED (
 ), decided AS (
     SELECT f.*, j.attempts, j.attempt_started_at, j.worker_id, j.notify_finish,
            CASE WHEN j.cancel_requested THEN 'cancelled'
+                -- Snoozed: queued again at now + delay, the attempt not counted.
+                WHEN f.outcome = 'snoozed' THEN 'snooze'
                 -- A task this worker does not know: handed back (not counted)
                 -- within the grace period, or while a live worker knows it.
                 WHEN f.grace IS NOT NULL AND (
@@ -1222,16 +1248,18 @@ WITH clock AS MATERIALIZED (
     FOR UPDATE OF j
 ), updated AS (
     UPDATE {schema}.jobs j
-    SET status = CASE WHEN d.next IN ('retry', 'defer')
+    SET status = CASE WHEN d.next IN ('retry', 'defer', 'snooze')
             THEN CASE WHEN d.next_run_at > (SELECT now FROM clock)
                       THEN 'scheduled' ELSE 'queued' END
             ELSE d.next END::{schema}.job_status,
-        run_at = CASE WHEN d.next IN ('retry', 'defer') THEN d.next_run_at ELSE j.run_at END,
-        attempts = CASE WHEN d.next = 'defer' THEN j.attempts - 1 ELSE j.attempts END,
-        finished_at = CASE WHEN d.next IN ('retry', 'defer') THEN NULL
+        run_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN d.next_run_at ELSE j.run_at END,
+        attempts = CASE WHEN d.next IN ('defer', 'snooze') THEN j.attempts - 1 ELSE j.attempts END,
+        snoozes = j.snoozes + CASE WHEN d.next = 'snooze' THEN 1 ELSE 0 END,
+        finished_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN NULL
                            ELSE (SELECT now FROM clock) END,
         lease_expires_at = NULL,
-        last_error = left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)
+        last_error = CASE WHEN d.next = 'snooze' THEN j.last_error
+                          ELSE left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000) END
     FROM decided d
     WHERE j.id = ANY ($1) AND j.id = d.job_id
     RETURNING j.id, j.attempt_id, j.status, j.queue
@@ -1243,7 +1271,9 @@ WITH clock AS MATERIALIZED (
            CASE WHEN d.next = 'cancelled' THEN 'cancelled'
                 WHEN d.next = 'defer' THEN 'released' ELSE d.outcome END::{schema}.attempt_outcome,
            d.attempt_started_at, (SELECT now FROM clock), d.worker_id,
-           d.error_code, d.error_message, d.traceback
+           CASE WHEN d.next = 'snooze' THEN NULL ELSE d.error_code END,
+           d.error_message,
+           CASE WHEN d.next = 'snooze' THEN NULL ELSE d.traceback END
     FROM decided d
 ), notified AS (
     -- Finished: tell result() waiters. Retried now: new ready work; retried
@@ -1251,7 +1281,7 @@ WITH clock AS MATERIALIZED (
     SELECT count(pg_notify({channel}, n.payload)) AS n
     FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
           FROM decided d JOIN updated u ON u.id = d.job_id
-          WHERE d.notify_finish AND d.next NOT IN ('retry', 'defer')
+          WHERE d.notify_finish AND d.next NOT IN ('retry', 'defer', 'snooze')
           UNION
           SELECT DISTINCT 'j:' || u.queue FROM updated u WHERE u.status = 'queued'
           UNION
@@ -1405,7 +1435,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb)
+CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'auto'
@@ -1557,10 +1587,11 @@ BEGIN
             -- lets the planner hash the whole table instead.
             WHERE j.ctid = ANY (ARRAY(SELECT tid FROM picked))
             RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
-                      coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds, j.priority, j.run_at, j.trace_context
+                      coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds, j.priority, j.run_at, j.trace_context,
+                      j.tags, j.meta
             )
             SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
-                   l.lease_seconds, l.run_at, l.trace_context
+                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta
             FROM leased l
             ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
             GET DIAGNOSTICS v_got = ROW_COUNT;
@@ -1654,10 +1685,11 @@ BEGIN
                     RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload,
                               j.lease_expires_at,
                               coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds,
-                              j.priority, j.run_at, j.trace_context
+                              j.priority, j.run_at, j.trace_context, j.tags, j.meta
                     )
                     SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload,
-                           l.lease_expires_at, l.lease_seconds, l.run_at, l.trace_context
+                           l.lease_expires_at, l.lease_seconds, l.run_at, l.trace_context,
+                           l.tags, l.meta
                     FROM leased l
                     ORDER BY l.priority DESC, l.run_at, l.id;
                     GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -2151,6 +2183,23 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION {schema}.set_progress(p_job_id bigint, p_attempt_id bigint, p_progress jsonb) RETURNS boolean
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- context.set_progress: the attempt's last value (fenced by its attempt id,
+-- and still written when the attempt's completion committed first). A HOT
+-- update: progress is in no index.
+WITH updated AS (
+    UPDATE {schema}.jobs j SET progress = p_progress
+    WHERE j.id = p_job_id AND j.attempt_id = p_attempt_id
+      AND (jsonb_typeof(p_progress) = 'number'
+           OR (jsonb_typeof(p_progress) = 'object' AND octet_length(p_progress::text) <= 4096))
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM updated;
+$$;
+
 CREATE FUNCTION {schema}.trusted_clock(p_now timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2228,6 +2277,8 @@ CREATE TABLE {schema}.jobs (
     dedup_key text,
     serial_key text,
     trace_context jsonb DEFAULT (NULLIF(current_setting('pgqueue.trace_context'::text, true), ''::text))::jsonb,
+    tags text[],
+    meta jsonb,
     attempt_id bigint,
     attempt_started_at timestamp with time zone,
     lease_expires_at timestamp with time zone,
@@ -2240,9 +2291,11 @@ CASE
 END) STORED,
     attempts integer DEFAULT 0 NOT NULL,
     counted boolean DEFAULT false NOT NULL,
+    snoozes integer DEFAULT 0 NOT NULL,
     worker_id text,
     last_error text,
     result jsonb,
+    progress jsonb,
     CONSTRAINT jobs_backoff_range CHECK (((LEAST(backoff_base, backoff_factor, backoff_max, backoff_jitter) >= (0)::double precision) AND (GREATEST((backoff_base)::double precision, (backoff_max)::double precision, (backoff_factor * (31536)::double precision), (backoff_jitter * (31536000)::double precision)) <= (31536000)::double precision))),
     CONSTRAINT jobs_lease_seconds_positive CHECK ((lease_seconds >= 1)),
     CONSTRAINT jobs_max_attempts_not_negative CHECK ((max_attempts >= 0)),
@@ -2277,7 +2330,11 @@ CREATE TABLE {schema}.jobs_archive (
     serial_key text,
     last_error text,
     result jsonb,
-    archived_at timestamp with time zone DEFAULT now() NOT NULL
+    archived_at timestamp with time zone DEFAULT now() NOT NULL,
+    tags text[],
+    meta jsonb,
+    snoozes integer DEFAULT 0 NOT NULL,
+    progress jsonb
 );
 
 CREATE SEQUENCE {schema}.jobs_id_seq
@@ -2451,6 +2508,8 @@ CREATE INDEX jobs_serial_held_idx ON {schema}.jobs USING btree (id) WHERE (seria
 
 CREATE INDEX jobs_serial_key_idx ON {schema}.jobs USING btree (serial_key, id) WHERE ((serial_key IS NOT NULL) AND (stage = ANY (ARRAY['queued'::{schema}.job_status, 'scheduled'::{schema}.job_status])));
 
+CREATE INDEX jobs_tags_idx ON {schema}.jobs USING gin (tags) WHERE (tags IS NOT NULL);
+
 CREATE INDEX queue_lease_log_idx ON {schema}.queue_lease_log USING btree (queue, leased_at);
 
 CREATE INDEX schedules_next_fire_idx ON {schema}.schedules USING btree (next_fire_at) WHERE enabled;
@@ -2484,7 +2543,7 @@ REVOKE ALL ON FUNCTION {schema}.archive_partitions_drop(p_cutoff timestamp with 
 
 REVOKE ALL ON FUNCTION {schema}.archive_partitions_ensure(p_from timestamp with time zone, p_to timestamp with time zone) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[], p_meta jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.check_quotas(p_jobs jsonb) FROM PUBLIC;
 
@@ -2498,7 +2557,7 @@ REVOKE ALL ON FUNCTION {schema}.dedup_lock_key(p_queue text, p_key text) FROM PU
 
 REVOKE ALL ON FUNCTION {schema}.deregister_worker(p_worker_id text, p_token text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.enqueue(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text, dedup_window interval, debounce interval, traceparent text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.enqueue(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text, dedup_window interval, debounce interval, traceparent text, tags text[], meta jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_batch(p_jobs jsonb) FROM PUBLIC;
 
@@ -2510,7 +2569,7 @@ REVOKE ALL ON FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb, p_queu
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_payloads(p_job jsonb, p_payloads jsonb) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.enqueue_plain(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.enqueue_plain(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text, tags text[], meta jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[]) FROM PUBLIC;
 
@@ -2569,6 +2628,8 @@ REVOKE ALL ON FUNCTION {schema}.retry_delay(p_attempt integer, p_base real, p_fa
 REVOKE ALL ON FUNCTION {schema}.schedules_notify() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.serial_unhold_stale(p_limit integer) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.set_progress(p_job_id bigint, p_attempt_id bigint, p_progress jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.trusted_clock(p_now timestamp with time zone) FROM PUBLIC;
 

@@ -70,6 +70,16 @@ def enqueue(
     max_attempts: Annotated[
         int | None, typer.Option(help="Attempts before the job goes dead.", show_default=False)
     ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag", help="A label for the job (repeat for more, up to 16).", show_default=False
+        ),
+    ] = None,
+    meta: Annotated[
+        str | None,
+        typer.Option(help="A JSON object stored with the job (up to 8 KiB).", show_default=False),
+    ] = None,
     batch: Annotated[
         bool,
         typer.Option(
@@ -96,6 +106,8 @@ def enqueue(
 
       pgqueue enqueue report --queue slow --delay 15m --dedup-key report:2026-12
 
+      pgqueue enqueue import --tag tenant:42 --tag nightly --meta '{"by": "cron"}'
+
       jq -c '.[]' users.json | pgqueue enqueue welcome --batch
     """
     if run_at is not None and delay is not None:
@@ -104,6 +116,8 @@ def enqueue(
     wait = parsing.optional_duration("--delay", delay)
     window = parsing.optional_duration("--dedup-window", dedup_window)
     settle = parsing.optional_duration("--debounce", debounce)
+    tags = tag or None
+    extra = parsing.json_object(meta, "--meta") if meta is not None else None
     if batch:
         if payload is not None or payload_file is not None:
             raise InvalidOption("--batch reads payloads from stdin: drop --payload/--payload-file")
@@ -121,6 +135,8 @@ def enqueue(
                 serial_key,
                 window,
                 settle,
+                tags,
+                extra,
             )
             for p in payloads
         ]
@@ -150,6 +166,8 @@ def enqueue(
             serial_key=serial_key,
             dedup_window=window,
             debounce=settle,
+            tags=tags,
+            meta=extra,
         )
     if as_json:
         output.print_json(result)

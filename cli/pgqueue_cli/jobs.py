@@ -57,6 +57,10 @@ def list_jobs(
         ),
     ] = None,
     task: TaskFilter = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Only jobs having this tag (repeat: all of them)."),
+    ] = None,
     limit: LimitOption = 50,
     cursor: CursorOption = None,
     as_json: JsonOption = False,
@@ -73,10 +77,12 @@ def list_jobs(
       pgqueue jobs list --status dead --limit 200 --json
 
       pgqueue jobs list --cursor MTIzNDU
+
+      pgqueue jobs list --tag tenant:42 --tag nightly
     """
     with open_app() as queue_app:
         page = queue_app.list_jobs(
-            queue=queue, status=status, task=task, limit=limit, cursor=cursor
+            queue=queue, status=status, task=task, limit=limit, cursor=cursor, tags=tag or None
         )
     print_page(page, as_json, LIST_COLUMNS, "pgqueue jobs list")
 
@@ -146,12 +152,16 @@ def show(
             ("queue", job.queue),
             ("priority", job.priority),
             ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("snoozes", job.snoozes),
+            ("progress", job.progress),
             ("run at", job.run_at),
             ("created", job.created_at),
             ("finished", job.finished_at),
             ("dedup key", job.dedup_key),
             ("serial key", job.serial_key),
             ("payload", job.payload),
+            ("tags", ", ".join(job.tags) or None),
+            ("meta", job.meta),
             ("result", job.result),
             ("last error", job.last_error),
         ],

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pgqueue.queries import Queries, QueryName, channel_for
+
+if TYPE_CHECKING:
+    from pgqueue.middleware import Middleware
 
 T = TypeVar("T")
 
@@ -83,6 +86,8 @@ class OpContext:
     max_result_bytes: int
     task_defaults: Callable[[str], TaskDefaults]
     clock: Callable[[], datetime | None]
+    #: The App's middleware list (shared: add_middleware appends to it).
+    middleware: list[Middleware] = field(default_factory=list)
 
     @property
     def channel(self) -> str:

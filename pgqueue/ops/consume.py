@@ -12,7 +12,7 @@ from pgqueue import validation
 from pgqueue.errors import InvalidOption, LeaseLost
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops import Execute, Op, OpContext
-from pgqueue.payloads import RESULT_NOT_STORED, UnstoredResult, loads_many
+from pgqueue.payloads import RESULT_NOT_STORED, UnstoredResult, loads_many, loads_stored
 from pgqueue.queries import QueryName
 
 MAX_ERROR_MESSAGE = 4000
@@ -125,12 +125,16 @@ def _lease(
     payloads = loads_many([row[5] for row in rows])
     if query == "job_lease":
         return [
-            LeasedJob(r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7])
+            LeasedJob(
+                r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], None, None, r[8], _meta(r[9])
+            )
             for r, payload in zip(rows, payloads, strict=True)
         ]
     traces = loads_many([row[9] for row in rows])
     return [
-        LeasedJob(r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], r[8], trace)
+        LeasedJob(
+            r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], r[8], trace, r[10], _meta(r[11])
+        )
         for r, payload, trace in zip(rows, payloads, traces, strict=True)
     ]
 
@@ -326,3 +330,19 @@ def next_due(queues: list[str] | None = None) -> Op[float | None]:
     queue among ``queues`` (None: all) has a free slot again; None: neither."""
     row = yield Execute("job_next_due", {"queues": queues}, fetch="one")
     return row[0] if row else None
+
+
+def set_progress(job_id: int, attempt_id: int, progress: str) -> Op[bool]:
+    """Store a running job's progress (JSON text, validated by
+    :func:`pgqueue.validation.progress`); false when the attempt is not the job's."""
+    row = yield Execute(
+        "job_set_progress",
+        {"job_id": job_id, "attempt_id": attempt_id, "progress": progress},
+        fetch="one",
+    )
+    return bool(row[0])
+
+
+def _meta(text: str | bytes | None) -> Any:
+    """A leased job's meta (read as text, like payloads): None when it has none."""
+    return None if text is None else loads_stored(text)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
+from pgqueue.middleware import before_enqueue
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
 from pgqueue.payloads import encode_batch, encode_options, encode_payload, encode_payloads
@@ -30,6 +31,7 @@ class _JobBuilder:
         self.bases: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.dedup = False
         self.windowed = False  # some job has dedup_window or debounce
+        self.labelled = False  # some job has tags or meta (not enqueue_job's parameters)
         self.queues: set[str] = set()  # for the trace span's name
 
     def build(self, spec: JobSpec) -> dict[str, Any]:
@@ -53,6 +55,12 @@ class _JobBuilder:
         if spec.dedup_window is not None or spec.debounce is not None:
             obj.update(_over_time(spec))
             self.windowed = True
+        if spec.tags is not None and (tags := validation.tags(spec.tags)):
+            obj["tags"] = tags
+            self.labelled = True
+        if spec.meta is not None:
+            obj["meta"] = validation.meta(spec.meta)
+            self.labelled = True
         return obj
 
     def _shared_base(self, key: tuple[Any, ...], spec: JobSpec) -> dict[str, Any]:
@@ -165,6 +173,8 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
                 raise InvalidOption(f"enqueue_many takes JobSpec items, got {spec!r}")
     if not specs:
         return _nothing()
+    if ctx.middleware:
+        specs = before_enqueue(ctx.middleware, specs)
     builder = _JobBuilder(ctx)
     if len(specs) > 1 and not tracing.enabled():
         payloads = _only_payloads_differ(specs)
@@ -218,9 +228,11 @@ def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     """Enqueue one job: through ``enqueue_job`` (scalar parameters, no batch
     document) unless it needs the batch functions (dedup_window/debounce, or
     a trace context to store)."""
+    if ctx.middleware:
+        (spec,) = before_enqueue(ctx.middleware, [spec])
     builder = _JobBuilder(ctx)
     job = builder.build(spec)
-    if builder.windowed or tracing.enabled():
+    if builder.windowed or builder.labelled or tracing.enabled():
         doc = encode_batch([job], ctx.max_payload_bytes)
         return _first(_insert(doc, builder.queues, 1, builder.query()))
     job["payload"] = encode_payload(job["payload"], ctx.max_payload_bytes)

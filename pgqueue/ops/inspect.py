@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,9 +42,14 @@ _JOB_FIELDS = (
 )
 
 
+#: Read when the statement selects them (get_job, list_jobs); defaults otherwise.
+_OPTIONAL_FIELDS = ("tags", "meta", "progress", "snoozes")
+
+
 def job_from_row(row: dict[str, Any], history: list[Attempt] | None = None) -> Job:
     values = {k: row[k] for k in _JOB_FIELDS}
     values["status"] = JobStatus(values["status"])
+    values.update({k: row[k] for k in _OPTIONAL_FIELDS if row.get(k) is not None})
     return Job(**values, attempt_history=history)
 
 
@@ -113,8 +118,10 @@ def list_jobs(
     task: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
+    tags: Sequence[str] | None = None,
 ) -> Op[Page]:
-    """A page of jobs, newest first; pass ``next_cursor`` for the next page."""
+    """A page of jobs, newest first; pass ``next_cursor`` for the next page.
+    ``tags``: only jobs having every one of them."""
     stored, due = None, None
     if status is not None:
         key = status.value if isinstance(status, JobStatus) else str(status)
@@ -124,6 +131,7 @@ def list_jobs(
     params = {
         "queue": validation.queue_name(queue) if queue is not None else None,
         "task": validation.task_name(task) if task is not None else None,
+        "tags": validation.tags(tags),
         "stored_statuses": stored,
         "stored_stages": stages(stored),
         "due": due,

@@ -15,24 +15,27 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from pgqueue import middleware as mw
 from pgqueue.context import JobContext
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
 from pgqueue.payloads import UnstoredResult, encode_result
-from pgqueue.retry import Permanent, Retry
+from pgqueue.retry import Permanent, Retry, Snooze
 from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
 
 if TYPE_CHECKING:
+    from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
@@ -69,6 +72,11 @@ class RunningJob:
     observed: Any = None  # the observer's per-job state (a span)
     entered = False  # an async task's wrapper has begun (see Executor._run_async)
     cancel_at_entry = False
+    # context.set_progress (see ProgressWriter): the value waiting to be
+    # written, its timer, and when the last write went out (monotonic).
+    progress_pending: str | None = None
+    progress_timer: asyncio.TimerHandle | None = None
+    progress_written = 0.0
 
     def __init__(
         self,
@@ -103,8 +111,12 @@ class Executor:
         max_result_bytes: int,
         transactions: TaskTransactionSource | None = None,
         observer: WorkerObserver = NULL_OBSERVER,
+        progress: ProgressWriter | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.tasks = tasks
+        self.middleware = tuple(middleware)
+        self.progress = progress  # for context.set_progress; None: kept on the context only
         self.observer = observer
         self.observing = observer is not NULL_OBSERVER  # per-job hooks only when someone listens
         self.observe_starts = observer.observes_starts()
@@ -183,21 +195,25 @@ class Executor:
         if self.busy == 1:
             self.idle.clear()
         kwargs: dict[str, Any] = job.payload
-        if task.pass_context:
+        if task.pass_context or self.middleware:
             rj.context = JobContext(
                 job.job_id,
                 job.attempt,
                 job.attempt_id,
                 job.queue,
                 job.task,
+                tags=job.tags or [],
+                meta=job.meta,
                 _extend=partial(self._request_extend, rj),
+                _progress=None if self.progress is None else partial(self.progress.note, rj),
                 _transactions=None
                 if self.transactions is None
                 else self.transactions.for_job(
                     job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
                 ),
             )
-            kwargs = {**kwargs, "context": rj.context}
+            if task.pass_context:
+                kwargs = {**kwargs, "context": rj.context}
         # Timer, lease and log before the task starts: an eager task may end
         # (and _ended run) inside _start_task.
         live = self.live_settings.get(job.task) if self.live_settings else None
@@ -221,7 +237,13 @@ class Executor:
         run_context = self.observer.run_context(rj) if self.observing else None
         if task.is_async:
             try:
-                coro = task.func(**kwargs)
+                if self.middleware:
+                    assert rj.context is not None
+                    coro = mw.run_async(
+                        self.middleware, rj.context, partial(task.func, **kwargs)
+                    )
+                else:
+                    coro = task.func(**kwargs)
             except BaseException as exc:
                 self._ended(rj, None, exc)
                 return
@@ -235,6 +257,9 @@ class Executor:
             )
         else:
             call = partial(task.func, **kwargs)
+            if self.middleware:
+                assert rj.context is not None
+                call = partial(mw.run_sync, self.middleware, rj.context, call)
             if run_context is not None:
                 call = partial(run_context.run, call)
             rj.handle = self.loop.run_in_executor(self.threads, call)
@@ -311,6 +336,8 @@ class Executor:
         if rj.timer is not None:
             rj.timer.cancel()
             rj.timer = None
+        if rj.progress_timer is not None and self.progress is not None:
+            self.progress.flush(rj)
         self._release_slot()
         job = rj.job
         if value is None and exc is None and rj.context is None and not rj.lost:
@@ -389,6 +416,15 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
+        if isinstance(exc, Snooze):
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.SNOOZED,
+                "snoozed",
+                str(exc),
+                retry_delay=exc.delay,
+            )
         if isinstance(exc, Retry):
             return Failure(
                 job.job_id,
@@ -430,6 +466,17 @@ class Executor:
     ) -> None:
         job = rj.job
         self.completer.fail(rj, failure)
+        if failure.outcome is AttemptOutcome.SNOOZED:
+            self.jlog.info(
+                "job snoozed",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                delay=failure.retry_delay,
+            )
+            self.observer.finished(rj, failure.outcome.value, None)
+            return
         log.warning(
             "job failed",
             job_id=job.job_id,

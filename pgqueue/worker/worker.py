@@ -33,6 +33,7 @@ from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.producer import Producer
+from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
 from pgqueue.worker.task_transaction import TaskTransactionSource
@@ -109,6 +110,8 @@ class Worker:
             app.max_result_bytes,
             transactions,
             observer,
+            ProgressWriter(database),
+            app.middleware,
         )
         observer.watch(executor.running)
         completer.executor = executor
@@ -255,6 +258,8 @@ class Worker:
             )
             executor.abandon(leftovers)
             completer.nack(leftovers)
+        if executor.progress is not None:
+            await executor.progress.drain()
         if not await completer.drain(DRAIN_TIMEOUT):
             log.error(
                 "could not write every job outcome before exiting; "

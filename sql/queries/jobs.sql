@@ -28,7 +28,8 @@ SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
 
 -- name: job_lease
 -- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker.
-SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds
+SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
+       tags, meta
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
                          %(lease_seconds)s::integer, %(now)s::timestamptz);
 
@@ -102,3 +103,7 @@ SELECT status::text, result, last_error FROM {schema}.jobs WHERE id = %(job_id)s
 UNION ALL
 SELECT status::text, result, last_error FROM {schema}.jobs_archive WHERE id = %(job_id)s
 LIMIT 1;
+
+-- name: job_set_progress
+-- Store a running job's progress (context.set_progress), fenced by its attempt.
+SELECT {schema}.set_progress(%(job_id)s, %(attempt_id)s, %(progress)s::jsonb);
