@@ -60,7 +60,7 @@ def assert_enqueued(
         return found
     wanted = "at least 1" if count is None else str(count)
     raise AssertionError(
-        f"expected {wanted} enqueued job{'' if wanted == '1' else 's'} {expected}, "
+        f"expected {wanted} enqueued job{'' if count in (None, 1) else 's'} {expected}, "
         f"found {len(found)}\n{_listing(app, jobs, expected)}"
     )
 
