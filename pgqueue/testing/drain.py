@@ -80,7 +80,9 @@ def drain(
     ``with_scheduled=True`` also runs scheduled jobs and retries whose run_at
     is ahead: the drain's clock jumps to each next run_at (the database's
     clock override, which only the schema's owner may use); their attempts
-    are then recorded at that time. At most ``max_jobs`` attempts run (a
+    are then recorded at that time. (Leasing at that time also makes due the
+    scheduled jobs of other queues, as any lease does.) At most ``max_jobs``
+    attempts run (a
     job that enqueues itself forever stops there). Blocks; in async code
     use :func:`drain_async`.
     """
