@@ -1,0 +1,107 @@
+"""A fresh migrated schema per test, and a PostgreSQL to put it in."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.ops import operator
+
+if TYPE_CHECKING:
+    from pgqueue.app import App
+
+__all__ = ["TEST_DSN_ENV", "isolated", "server_for_tests"]
+
+TEST_DSN_ENV = "PGQUEUE_TEST_DSN"
+
+#: What an App derives from its DSN and schema (swapped, then put back).
+_BOUND = (
+    "schema",
+    "dsn",
+    "listen_dsn",
+    "queries",
+    "database",
+    "listen_database",
+    "op_context",
+    "_hub",
+)
+
+
+@contextmanager
+def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> Iterator[App]:
+    """Point ``app`` (in place: its tasks keep working) at a new schema
+    ``<prefix>_<random>`` in ``dsn`` (default: the app's own database),
+    migrated to head; on exit drop the schema and point ``app`` back::
+
+        with isolated(app, "postgresql://localhost/test"):
+            send_receipt.enqueue(order_id=42)
+    """
+    from pgqueue.app import App
+
+    saved = {name: getattr(app, name) for name in _BOUND}
+    schema = f"{prefix}_{secrets.token_hex(5)}"
+    fresh = App(
+        dsn or app.dsn,
+        schema,
+        max_payload_bytes=app.max_payload_bytes,
+        max_result_bytes=app.max_result_bytes,
+        pool_min_size=app.database.min_size,
+        pool_max_size=app.database.max_size,
+        pool_timeout=app.database.timeout,
+        listen=app.listen,
+        pooler=app.pooler,
+        clock=app.op_context.clock,
+    )
+    bound = {name: getattr(fresh, name) for name in _BOUND}
+    # LISTEN on the test database itself (never on a PGQUEUE_LISTEN_DSN of the environment).
+    bound["listen_dsn"] = fresh.dsn if fresh.listen else None
+    bound["listen_database"] = fresh.database
+    app.close()  # the old schema's pools and subscriptions
+    _bind(app, bound)
+    try:
+        app.migrate()
+        yield app
+    finally:
+        try:
+            app.database.run(operator.drop_schema())
+        finally:
+            app.close()
+            app.live_task_settings.clear()
+            _bind(app, saved)
+
+
+def _bind(app: App, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        if name == "op_context":  # task defaults come from this app's own tasks
+            value = replace(value, task_defaults=app._task_defaults)
+        setattr(app, name, value)
+
+
+@contextmanager
+def server_for_tests() -> Iterator[str | None]:
+    """A DSN for tests: ``PGQUEUE_TEST_DSN``, else a throwaway embedded
+    PostgreSQL (``pgqueue[embedded]``) stopped on exit, else None."""
+    if dsn := os.environ.get(TEST_DSN_ENV, "").strip():
+        yield dsn
+        return
+    from pgqueue import embedded
+
+    try:
+        embedded.bindir()
+    except embedded.EmbeddedUnavailable:
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="pgqueue-test-"))
+    server = embedded.start(base / "data", embedded.free_port())
+    try:
+        yield server.dsn
+    finally:
+        embedded.stop(server.data_dir)
+        shutil.rmtree(base, ignore_errors=True)

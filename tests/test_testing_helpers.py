@@ -1,0 +1,425 @@
+"""pgqueue.testing against a real database: what is enqueued, drain through
+the worker's execution path, perform, and isolated schemas."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgqueue
+from pgqueue.testing import (
+    DrainResult,
+    assert_enqueued,
+    drain,
+    drain_async,
+    enqueued_jobs,
+    isolated,
+    perform,
+    perform_async,
+    refute_enqueued,
+)
+from pgqueue.testing.isolation import _BOUND, server_for_tests
+
+NO_WAIT = pgqueue.Backoff(base=0, jitter=0)  # retries due at once
+
+
+# --- enqueued_jobs, assert_enqueued, refute_enqueued ---------------------------------
+
+
+def test_enqueued_jobs_are_the_jobs_not_run_yet_matched_by_payload_subset(
+    app: pgqueue.App,
+) -> None:
+    @app.task(queue="mail")
+    def send(to: str, meta: dict[str, Any]) -> None: ...
+
+    a = send.enqueue(to="a@x", meta={"lang": "en", "vip": True}).job_id
+    b = send.with_options(delay=3600).enqueue(to="b@x", meta={"lang": "fr"}).job_id
+    c = app.enqueue("other", {"to": "a@x"}).job_id
+    [done] = app.lease("mail", "w", max=1)
+    assert done.job_id == a
+    app.ack(done)  # succeeded: no longer enqueued
+
+    assert [j.id for j in enqueued_jobs(app)] == [b, c]
+    assert [j.status for j in enqueued_jobs(app)] == ["scheduled", "queued"]
+    assert [j.id for j in enqueued_jobs(app, send)] == [b]
+    assert [j.id for j in enqueued_jobs(app, "other")] == [c]
+    assert [j.id for j in enqueued_jobs(app, queue="default")] == [c]
+    assert [j.id for j in enqueued_jobs(app, payload={"to": "a@x"})] == [c]
+    assert [j.id for j in enqueued_jobs(app, payload={"meta": {"lang": "fr"}})] == [b]
+    assert enqueued_jobs(app, payload={"meta": {"lang": "en"}}) == []
+
+
+def test_assert_enqueued_returns_the_jobs_and_checks_the_count(app: pgqueue.App) -> None:
+    @app.task
+    def ship(order_id: int) -> None: ...
+
+    first = ship.enqueue(order_id=1).job_id
+    ship.enqueue(order_id=2)
+    assert [j.id for j in assert_enqueued(app, ship, payload={"order_id": 1})] == [first]
+    assert len(assert_enqueued(app, "ship", count=2)) == 2
+    assert assert_enqueued(app, "nothing", count=0) == []
+    with pytest.raises(AssertionError, match="expected 3 enqueued jobs with task='ship'"):
+        assert_enqueued(app, ship, count=3)
+
+
+def test_assert_enqueued_failure_lists_the_closest_jobs_and_what_differs(
+    app: pgqueue.App,
+) -> None:
+    @app.task(queue="mail")
+    def send_receipt(order_id: int, email: str) -> None: ...
+
+    near = send_receipt.enqueue(order_id=41, email="a@b.c").job_id
+    far = app.enqueue("sync_inventory", {"sku": "X-1"}).job_id
+
+    with pytest.raises(AssertionError) as raised:
+        assert_enqueued(app, send_receipt, queue="mail", payload={"order_id": 42})
+    message = str(raised.value)
+    assert message.splitlines()[:5] == [
+        "expected at least 1 enqueued job with task='send_receipt', queue='mail', "
+        "payload ⊇ {'order_id': 42}, found 0",
+        "enqueued (2, closest first):",
+        f"  job {near} send_receipt(queue='mail') queued payload={{'email': 'a@b.c', "
+        "'order_id': 41}",
+        "      - payload['order_id'] is 41, not 42",
+        f"  job {far} sync_inventory(queue='default') queued payload={{'sku': 'X-1'}}",
+    ]
+    assert "      - task is 'sync_inventory', not 'send_receipt'" in message
+    assert "      - queue is 'default', not 'mail'" in message
+    assert "payload['order_id'] is missing (expected 42)" in message
+
+
+def test_assert_enqueued_on_an_empty_queue_says_nothing_is_enqueued(app: pgqueue.App) -> None:
+    with pytest.raises(AssertionError) as raised:
+        assert_enqueued(app, "ship")
+    assert str(raised.value) == (
+        "expected at least 1 enqueued job with task='ship', found 0\n"
+        "nothing is enqueued (queued, scheduled or waiting) in schema 'pgqueue'"
+    )
+
+
+def test_refute_enqueued_lists_the_jobs_that_match(app: pgqueue.App) -> None:
+    job_id = app.enqueue("ship", {"order_id": 7}, delay=60).job_id
+    refute_enqueued(app, "ship", payload={"order_id": 8})
+    refute_enqueued(app, "ship", queue="other")
+    with pytest.raises(AssertionError) as raised:
+        refute_enqueued(app, "ship", payload={"order_id": 7})
+    lines = str(raised.value).splitlines()
+    assert lines[0] == (
+        "expected no enqueued job with task='ship', payload ⊇ {'order_id': 7}, found 1"
+    )
+    assert lines[1] == "enqueued (1, closest first):"
+    assert lines[2].startswith(f"  job {job_id} ship(queue='default') scheduled, run_at 20")
+    assert lines[2].endswith("payload={'order_id': 7}")
+
+
+def test_a_long_listing_is_cut_after_ten_jobs(app: pgqueue.App) -> None:
+    app.enqueue_many([pgqueue.JobSpec("ship", {"n": n}) for n in range(13)])
+    with pytest.raises(AssertionError) as raised:
+        assert_enqueued(app, "ship", count=1)
+    assert str(raised.value).endswith("  ... and 3 more")
+
+
+# --- drain ---------------------------------------------------------------------------
+
+
+def _statuses(app: pgqueue.App) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for job in app.list_jobs(limit=1000).jobs:
+        found.setdefault(job.task, []).append(job.status.value)
+    return found
+
+
+def test_drain_runs_jobs_and_the_jobs_they_enqueue_storing_results(app: pgqueue.App) -> None:
+    @app.task(queue="orders")
+    def checkout(order_id: int) -> dict[str, int]:
+        receipt.enqueue(order_id=order_id)
+        return {"order_id": order_id}
+
+    @app.task(queue="mail", pass_context=True)
+    async def receipt(order_id: int, context: pgqueue.JobContext) -> str:
+        await asyncio.sleep(0)
+        return f"receipt {order_id} attempt {context.attempt}"
+
+    job_id = checkout.enqueue(order_id=42).job_id
+    assert drain(app) == DrainResult(succeeded=2)
+    assert app.get_job(job_id).result == {"order_id": 42}
+    [sent] = app.list_jobs(task="receipt").jobs
+    assert sent.status == "succeeded"
+    assert app.result(sent.id) == "receipt 42 attempt 1"
+    assert enqueued_jobs(app) == []
+    assert drain(app) == DrainResult()
+
+
+def test_drain_counts_failed_attempts_retried_and_dead_jobs(app: pgqueue.App) -> None:
+    @app.task(max_attempts=3, retry=NO_WAIT)
+    def flaky() -> None:
+        raise ValueError("still broken")
+
+    @app.task
+    def refuses() -> None:
+        raise pgqueue.Permanent("bad order")
+
+    @app.task(pass_context=True, max_attempts=5, retry=NO_WAIT)
+    def second_time_lucky(context: pgqueue.JobContext) -> int:
+        if context.attempt < 2:
+            raise ConnectionError("flaky network")
+        return context.attempt
+
+    flaky_id = flaky.enqueue().job_id
+    refuses.enqueue()
+    lucky_id = second_time_lucky.enqueue().job_id
+    result = drain(app)
+    assert result == DrainResult(succeeded=1, failed=3, dead=2)
+    assert result.total == 6
+
+    job = app.get_job(flaky_id, history=True)
+    assert (job.status, job.attempts) == ("dead", 3)
+    assert [a.outcome for a in job.attempt_history or []] == ["failed"] * 3
+    assert "still broken" in (job.last_error or "")
+    assert app.get_job(lucky_id).result == 2
+    assert _statuses(app) == {
+        "flaky": ["dead"],
+        "refuses": ["dead"],
+        "second_time_lucky": ["succeeded"],
+    }
+
+
+def test_drain_leaves_future_retries_and_scheduled_jobs_unless_with_scheduled(
+    app: pgqueue.App,
+) -> None:
+    @app.task(pass_context=True)
+    def later(context: pgqueue.JobContext) -> int:
+        if context.attempt == 1:
+            raise pgqueue.Retry(delay=timedelta(hours=2))
+        return context.attempt
+
+    @app.task
+    def reminder() -> str:
+        return "remind"
+
+    retried = later.enqueue().job_id
+    scheduled = reminder.with_options(delay=timedelta(days=3)).enqueue().job_id
+    assert drain(app) == DrainResult(failed=1)
+    assert [(j.id, j.status) for j in enqueued_jobs(app)] == [
+        (retried, "scheduled"),
+        (scheduled, "scheduled"),
+    ]
+
+    assert drain(app, with_scheduled=True) == DrainResult(succeeded=2)
+    assert enqueued_jobs(app) == []
+    assert app.get_job(retried).result == 2
+    assert app.get_job(scheduled).result == "remind"
+    # The attempts are recorded at the time the drain's clock jumped to.
+    [attempt] = app.get_job(scheduled, history=True).attempt_history or []
+    assert attempt.started_at is not None
+    assert attempt.started_at > datetime.now(UTC) + timedelta(days=2)
+
+
+def test_drain_runs_one_queue(app: pgqueue.App) -> None:
+    @app.task(queue="a")
+    def in_a() -> None: ...
+
+    @app.task(queue="b")
+    def in_b() -> None: ...
+
+    in_a.enqueue()
+    b_id = in_b.enqueue().job_id
+    assert drain(app, "a") == DrainResult(succeeded=1)
+    assert [j.id for j in enqueued_jobs(app)] == [b_id]
+    assert drain(app, ["a", "b"]) == DrainResult(succeeded=1)
+
+
+def test_drain_stops_after_max_jobs(app: pgqueue.App) -> None:
+    @app.task
+    def forever(n: int) -> None:
+        forever.enqueue(n=n + 1)
+
+    forever.enqueue(n=0)
+    assert drain(app, max_jobs=3) == DrainResult(succeeded=3)
+    [left] = enqueued_jobs(app, forever)
+    assert left.payload == {"n": 3}
+
+
+def test_drain_applies_timeouts_and_kills_unknown_tasks(app: pgqueue.App) -> None:
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    slow_id = slow.enqueue().job_id
+    ghost_id = app.enqueue("not_in_this_app", {}).job_id
+    assert drain(app) == DrainResult(dead=2)
+    slow_job = app.get_job(slow_id, history=True)
+    assert [a.outcome for a in slow_job.attempt_history or []] == ["timeout"]
+    assert "exceeded its timeout of 0.2s" in (slow_job.last_error or "")
+    assert "no task named 'not_in_this_app'" in (app.get_job(ghost_id).last_error or "")
+
+
+def test_drain_counts_a_job_cancelled_while_it_ran(app: pgqueue.App) -> None:
+    @app.task(pass_context=True)
+    def cancels_itself(context: pgqueue.JobContext) -> None:
+        app.cancel(context.job_id)
+
+    job_id = cancels_itself.enqueue().job_id
+    assert drain(app) == DrainResult(cancelled=1)
+    assert app.get_job(job_id).status == "cancelled"
+
+
+def test_drain_completes_in_the_tasks_transaction_and_leaves_no_worker(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shipped (order_id int)")
+
+    @app.task(pass_context=True)
+    def ship(order_id: int, context: pgqueue.JobContext) -> None:
+        with context.transaction() as tx:
+            tx.execute("INSERT INTO shipped VALUES (%s)", (order_id,))
+
+    job_id = ship.enqueue(order_id=5).job_id
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(job_id).status == "succeeded"
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT order_id FROM shipped").fetchall() == [(5,)]
+    assert [w for w in app.list_workers() if w.status != "stopped"] == []
+
+
+def test_drain_async_runs_on_the_callers_loop(app: pgqueue.App) -> None:
+    @app.task
+    async def hello(name: str) -> str:
+        return f"hello {name}"
+
+    async def main() -> DrainResult:
+        await hello.enqueue_async(name="x")
+        with pytest.raises(RuntimeError, match="drain_async"):
+            drain(app)
+        result = await drain_async(app)
+        await app.close_async()
+        return result
+
+    assert asyncio.run(main()) == DrainResult(succeeded=1)
+
+
+def test_drain_refuses_bad_arguments(app: pgqueue.App) -> None:
+    with pytest.raises(pgqueue.InvalidName):
+        drain(app, "no spaces allowed")
+    with pytest.raises(pgqueue.InvalidOption):
+        drain(app, max_jobs=0)
+
+
+# --- perform -------------------------------------------------------------------------
+
+
+def test_perform_runs_a_task_with_a_context_and_a_json_payload(app: pgqueue.App) -> None:
+    seen: list[Any] = []
+
+    @app.task(queue="mail", pass_context=True)
+    def send(items: list[int], context: pgqueue.JobContext) -> str:
+        seen.append((items, context.attempt, context.queue, context.task, context.should_stop()))
+        return "sent"
+
+    assert perform(send, {"items": (1, 2)}, attempt=3) == "sent"
+    assert seen == [([1, 2], 3, "mail", "send", False)]
+    with pytest.raises(pgqueue.InvalidPayload):
+        perform(send, {"items": object()})
+
+
+def test_perform_lets_exceptions_through_and_runs_async_tasks(app: pgqueue.App) -> None:
+    @app.task
+    def fails() -> None:
+        raise pgqueue.Retry(delay=5)
+
+    @app.task
+    async def double(n: int) -> int:
+        await asyncio.sleep(0)
+        return 2 * n
+
+    with pytest.raises(pgqueue.Retry):
+        perform(fails)
+    assert perform(double, {"n": 4}) == 8
+
+    async def main() -> tuple[int, int]:
+        with pytest.raises(RuntimeError, match="perform_async"):
+            perform(double, {"n": 1})
+        sync_double = app.task(lambda n: 2 * n, name="sync_double")
+        return await perform_async(double, {"n": 5}), await perform_async(sync_double, {"n": 6})
+
+    assert asyncio.run(main()) == (10, 12)
+    assert enqueued_jobs(app) == []  # perform writes nothing
+
+
+# --- isolated schemas ----------------------------------------------------------------
+
+
+def _schemas(dsn: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'pgqueue%' ORDER BY 1"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_isolated_points_the_app_at_a_fresh_schema_and_drops_it(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    @app.task
+    def ship(order_id: int) -> None: ...
+
+    outside = ship.enqueue(order_id=1).job_id
+    with isolated(app) as same:
+        assert same is app
+        inside = app.schema
+        assert inside.startswith("pgqueue_test_")
+        assert _schemas(db_dsn) == sorted(["pgqueue", inside])
+        assert enqueued_jobs(app) == []
+        ship.enqueue(order_id=2)
+        assert drain(app) == DrainResult(succeeded=1)
+    assert _schemas(db_dsn) == ["pgqueue"]
+    assert app.schema == "pgqueue"
+    assert [j.id for j in enqueued_jobs(app)] == [outside]
+
+
+def test_isolated_drops_the_schema_when_the_test_fails(app: pgqueue.App, db_dsn: str) -> None:
+    def failing_test() -> None:
+        with isolated(app):
+            app.enqueue("x", {})
+            raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        failing_test()
+    assert _schemas(db_dsn) == ["pgqueue"]
+
+
+def test_isolated_swaps_everything_an_app_derives_from_its_schema() -> None:
+    # An attribute added to App that depends on the schema or DSN must be swapped too.
+    one = pgqueue.App("postgresql://h1/a", "one")
+    two = pgqueue.App("postgresql://h2/b", "two")
+    differing = {
+        name
+        for name, value in vars(one).items()
+        if name not in ("tasks", "live_task_settings", "periodic_schedules")
+        and not callable(value)
+        and value != vars(two)[name]
+    }
+    assert differing <= set(_BOUND)
+
+
+def test_server_for_tests_prefers_the_environment_and_else_may_have_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pgqueue import embedded
+
+    monkeypatch.setenv("PGQUEUE_TEST_DSN", "postgresql://somewhere/db")
+    with server_for_tests() as dsn:
+        assert dsn == "postgresql://somewhere/db"
+    monkeypatch.delenv("PGQUEUE_TEST_DSN")
+
+    def missing() -> None:
+        raise embedded.EmbeddedUnavailable("not installed")
+
+    monkeypatch.setattr(embedded, "bindir", missing)
+    with server_for_tests() as dsn:
+        assert dsn is None
