@@ -41,6 +41,7 @@ from pgqueue.errors import (
     ScheduleNotFound,
     SchemaNotMigrated,
     TaskNotFound,
+    WorkflowNotFound,
 )
 from pgqueue.events import JobEvent
 from pgqueue.health import HealthCheck, HealthReport
@@ -71,6 +72,7 @@ from pgqueue.task import Task
 from pgqueue.telemetry.database_view import QueueView
 from pgqueue.telemetry.doctor import Finding
 from pgqueue.version import __version__
+from pgqueue.workflow import Step, Workflow, WorkflowInfo, WorkflowRun
 
 __all__ = [
     "App",
@@ -121,6 +123,11 @@ __all__ = [
     "ScheduleConflict",
     "Retry",
     "Snooze",
+    "Step",
+    "Workflow",
+    "WorkflowInfo",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "Schedule",
     "ScheduleNotFound",
     "SchemaNotMigrated",

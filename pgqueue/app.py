@@ -52,6 +52,7 @@ from pgqueue.ops import (
     operator,
     partitions,
     schedules,
+    workflows,
 )
 from pgqueue.ops import health as health_ops
 from pgqueue.ops import tasks as task_ops
@@ -62,6 +63,7 @@ from pgqueue.task import Task
 from pgqueue.telemetry import database_view, doctor
 from pgqueue.telemetry.database_view import QueueView
 from pgqueue.telemetry.doctor import DoctorSettings, Finding
+from pgqueue.workflow import Workflow, WorkflowInfo, WorkflowRun
 
 if TYPE_CHECKING:
     from pgqueue.subscribe import AsyncEventStream, EventStream, Hub
@@ -293,6 +295,8 @@ class App:
         debounce: float | timedelta | None = None,
         tags: Sequence[str] | None = None,
         meta: dict[str, Any] | None = None,
+        depends_on: Sequence[int] | None = None,
+        allow_failed: bool = False,
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
         in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
@@ -300,7 +304,9 @@ class App:
         job if one with this dedup_key was created within that many seconds;
         ``debounce``: postpone and update the queued job holding the key.
         ``tags`` (up to 16 labels) and ``meta`` (a JSON object up to 8 KiB)
-        are stored with the job."""
+        are stored with the job. ``depends_on``: ids of jobs this one waits for
+        (status ``waiting``) until they succeeded; with ``allow_failed`` until
+        they ended, whatever their end."""
         spec = JobSpec(
             task,
             payload,
@@ -315,6 +321,8 @@ class App:
             debounce,
             tags,
             meta,
+            depends_on,
+            allow_failed,
         )
         return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
@@ -335,6 +343,8 @@ class App:
         debounce: float | timedelta | None = None,
         tags: Sequence[str] | None = None,
         meta: dict[str, Any] | None = None,
+        depends_on: Sequence[int] | None = None,
+        allow_failed: bool = False,
     ) -> Enqueued:
         """Async twin of :meth:`enqueue` (``conn``: an async connection or session)."""
         spec = JobSpec(
@@ -351,6 +361,8 @@ class App:
             debounce,
             tags,
             meta,
+            depends_on,
+            allow_failed,
         )
         return await self.database.run_async(
             enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
@@ -374,6 +386,61 @@ class App:
         )
 
     # --- low-level consumer API ----------------------------------------------
+
+
+    # --- workflows -------------------------------------------------------------
+
+    def workflow(self, name: str) -> Workflow:
+        """A new workflow: ``add`` steps, then ``enqueue()`` them in one statement."""
+        return Workflow(self, name)
+
+    def enqueue_workflow(
+        self, workflow: Workflow, *, conn: ConnectionLike | None = None
+    ) -> WorkflowRun:
+        """Write ``workflow``'s steps (what :meth:`Workflow.enqueue` calls)."""
+        return self.database.run(
+            workflows.enqueue_workflow(self.op_context, workflow), sync_connection(conn)
+        )
+
+    async def enqueue_workflow_async(
+        self, workflow: Workflow, *, conn: ConnectionLike | None = None
+    ) -> WorkflowRun:
+        """Async twin of :meth:`enqueue_workflow`."""
+        return await self.database.run_async(
+            workflows.enqueue_workflow(self.op_context, workflow), await async_connection(conn)
+        )
+
+    def job_dependencies(self, job_id: int) -> tuple[int | None, list[tuple[str, str, Any]]]:
+        """A job's workflow id and direct dependencies as (name, status, result)
+        (what ``context.dependency_results()`` reads)."""
+        return self.database.run(workflows.dependencies(job_id))
+
+    def get_workflow(self, workflow_id: int) -> WorkflowInfo:
+        """A workflow with each step's job and what it waits for."""
+        return self.database.run(workflows.get_workflow(workflow_id))
+
+    async def get_workflow_async(self, workflow_id: int) -> WorkflowInfo:
+        """Async twin of :meth:`get_workflow`."""
+        return await self.database.run_async(workflows.get_workflow(workflow_id))
+
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel the workflow's live steps (running ones are asked to stop);
+        returns how many were cancelled or asked to stop."""
+        return self.database.run(workflows.cancel_workflow(workflow_id))
+
+    async def cancel_workflow_async(self, workflow_id: int) -> int:
+        """Async twin of :meth:`cancel_workflow`."""
+        return await self.database.run_async(workflows.cancel_workflow(workflow_id))
+
+    def list_workflows(self, status: str | None = None, limit: int = 50) -> list[WorkflowInfo]:
+        """Workflows, newest first (``status``: running, succeeded or failed)."""
+        return self.database.run(workflows.list_workflows(status, limit))
+
+    async def list_workflows_async(
+        self, status: str | None = None, limit: int = 50
+    ) -> list[WorkflowInfo]:
+        """Async twin of :meth:`list_workflows`."""
+        return await self.database.run_async(workflows.list_workflows(status, limit))
 
     def lease(
         self,

@@ -11,6 +11,7 @@ from pgqueue import validation
 from pgqueue.errors import InvalidOption
 
 if TYPE_CHECKING:
+    from pgqueue.models import JobStatus
     from pgqueue.worker.task_transaction import JobTransaction, TaskTransactions
 
 
@@ -40,6 +41,32 @@ class JobContext:
     _extend: Callable[[float], None] | None = field(default=None, repr=False)
     _transactions: TaskTransactions | None = field(default=None, repr=False)
     _progress: Callable[[str], None] | None = field(default=None, repr=False)
+    #: Loads (workflow id, [(dependency name, status, result), ...]) once.
+    _dependencies: Callable[[], tuple[int | None, list[tuple[str, str, Any]]]] | None = field(
+        default=None, repr=False
+    )
+    _loaded: tuple[int | None, list[tuple[str, str, Any]]] | None = field(default=None, repr=False)
+
+    def _graph(self) -> tuple[int | None, list[tuple[str, str, Any]]]:
+        if self._loaded is None:
+            self._loaded = (None, []) if self._dependencies is None else self._dependencies()
+        return self._loaded
+
+    @property
+    def workflow_id(self) -> int | None:
+        """The workflow this job is a step of (None for other jobs)."""
+        return self._graph()[0]
+
+    def dependency_results(self) -> dict[str, Any]:
+        """Stored results of the direct dependencies that succeeded, by step
+        name (the job id as text for a plain ``depends_on``)."""
+        return {name: result for name, status, result in self._graph()[1] if status == "succeeded"}
+
+    def dependency_statuses(self) -> dict[str, JobStatus]:
+        """How each direct dependency ended (or where it is), by step name."""
+        from pgqueue.models import JobStatus
+
+        return {name: JobStatus(status) for name, status, _ in self._graph()[1]}
 
     def should_stop(self) -> bool:
         """True once the job was cancelled or the worker is shutting down."""

@@ -60,6 +60,14 @@ class JobNotFound(PgQueueError, LookupError):
         self.job_id = job_id
 
 
+class WorkflowNotFound(PgQueueError, LookupError):
+    """No workflow with this id exists."""
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} does not exist")
+        self.workflow_id = workflow_id
+
+
 class InvalidJobState(PgQueueError):
     """The operation does not apply to the job in its current status."""
 

@@ -75,6 +75,8 @@ _RESERVED = {"public", "none"}
 _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The App reads the schema revision before its first statement.
     ("SELECT", ("alembic_version", "jobs", "jobs_archive", "job_attempts")),
+    # Workflows and dependencies: get_workflow, context.dependency_results().
+    ("SELECT", ("workflows", "job_waits", "job_dependencies")),
 )
 _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The worker's "when is the next job due" and the scheduler's "what is due".
@@ -91,7 +93,7 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # (e.g. replay_job, 0014: a copy of any job, payload included).
 _PRODUCER_FUNCTIONS = (
     "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
-    "enqueue_payloads",
+    "enqueue_payloads", "enqueue_graph",
     "visible_status",
     "watch_job", "job_status",
 )  # fmt: skip

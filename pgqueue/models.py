@@ -18,6 +18,8 @@ class JobStatus(enum.StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    #: Waits for its dependencies (``depends_on``, a workflow's ``after``); never leased.
+    WAITING = "waiting"
 
     @property
     def is_final(self) -> bool:
@@ -75,6 +77,11 @@ class JobSpec(NamedTuple):
     tags: Sequence[str] | None = None
     #: A JSON object of at most 8 KiB stored with the job, for people and tools.
     meta: dict[str, Any] | None = None
+    #: Ids of jobs this one waits for (it runs once they all succeeded).
+    depends_on: Sequence[int] | None = None
+    #: Run once every dependency ended, whatever its end (else a dead or
+    #: cancelled dependency cancels this job).
+    allow_failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +169,8 @@ class QueueMetrics:
     paused: bool
     concurrency_limit: int | None = None
     rate_limit: str | None = None
+    #: Jobs waiting for their dependencies.
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)

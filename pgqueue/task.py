@@ -90,6 +90,8 @@ class Task(Generic[P, R]):
         debounce: float | timedelta | None = None,
         tags: Sequence[str] | None = None,
         meta: dict[str, Any] | None = None,
+        depends_on: Sequence[int] | None = None,
+        allow_failed: bool = False,
     ) -> TaskCall:
         """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``.
         ``conn``: see :meth:`pgqueue.App.enqueue`."""
@@ -109,6 +111,8 @@ class Task(Generic[P, R]):
                 debounce,
                 tags,
                 meta,
+                depends_on,
+                allow_failed,
             ),
             conn,
         )

@@ -33,7 +33,8 @@ CREATE TYPE {schema}.job_status AS ENUM (
     'running',
     'succeeded',
     'dead',
-    'cancelled'
+    'cancelled',
+    'waiting'
 );
 
 CREATE FUNCTION {schema}.ack(job_id bigint, attempt_id bigint, result jsonb DEFAULT NULL::jsonb) RETURNS boolean
@@ -542,7 +543,7 @@ CREATE FUNCTION {schema}.deregister_worker(p_worker_id text, p_token text) RETUR
     SELECT count(*) > 0 FROM gone;
 $$;
 
-CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, depends_on bigint[] DEFAULT NULL::bigint[], allow_failed boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -577,8 +578,25 @@ BEGIN
             run_at := now() + debounce;
         END IF;
     END IF;
-    v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                   dedup_key, serial_key, tags, meta);
+    IF depends_on IS NOT NULL AND cardinality(depends_on) > 0 OR allow_failed THEN
+        IF dedup_key IS NOT NULL THEN
+            RAISE EXCEPTION 'pgqueue: dedup_key cannot be used with depends_on'
+                USING ERRCODE = '22023';
+        END IF;
+        IF payload IS NULL OR jsonb_typeof(payload) <> 'object' THEN
+            RAISE EXCEPTION 'pgqueue: payload must be a JSON object' USING ERRCODE = '22023';
+        END IF;
+        SELECT g.job_id INTO v_id FROM {schema}.enqueue_graph(NULL, jsonb_build_array(jsonb_build_object(
+            'job', jsonb_build_object(
+                'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
+                'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
+                'serial_key', serial_key, 'lookup', true, 'tags', to_jsonb(tags), 'meta', meta),
+            'depends_on', to_jsonb(coalesce(depends_on, '{}')),
+            'allow_failed', allow_failed))) g;
+    ELSE
+        v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
+                                       dedup_key, serial_key, tags, meta);
+    END IF;
     IF traceparent IS NOT NULL THEN
         PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
     END IF;
@@ -709,6 +727,111 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION {schema}.enqueue_graph(p_name text, p_steps jsonb) RETURNS TABLE(workflow_id bigint, job_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- Jobs that wait for other jobs, in one statement: p_steps is a JSON array
+-- of {"job": <an enqueue_batch job object>, "after": [indexes of earlier
+-- steps], "depends_on": [ids of existing jobs], "allow_failed": bool,
+-- "name": step name}. With p_name a workflow is recorded and the steps are
+-- its members. Dependencies that already ended are resolved here: a step
+-- whose every dependency ended is queued at once (or cancelled, when one
+-- ended dead or cancelled and allow_failed is false).
+DECLARE
+    v_workflow bigint;
+    v_ids      bigint[];
+    v_deps     bigint[];
+    v_found    bigint[] := '{}';
+    v_ended    bigint[] := '{}';  -- dependencies that already ended
+    v_failed   bigint[] := '{}';  -- ... dead or cancelled
+    v_missing  bigint;
+BEGIN
+    IF jsonb_typeof(p_steps) IS DISTINCT FROM 'array' OR jsonb_array_length(p_steps) = 0 THEN
+        RAISE EXCEPTION 'pgqueue: a graph of jobs is a non-empty JSON array of steps'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT coalesce(array_agg(DISTINCT d.id_text::bigint), '{}') INTO v_deps
+    FROM jsonb_array_elements(p_steps) s(step),
+         jsonb_array_elements_text(coalesce(s.step -> 'depends_on', '[]')) d(id_text);
+    -- Existing jobs depended on: locked (a completion committing meanwhile
+    -- either happened before and is read here, or waits for this
+    -- transaction and then releases these steps), marked, their state read;
+    -- archived ones ended long ago.
+    IF cardinality(v_deps) > 0 THEN
+        WITH marked AS (
+            UPDATE {schema}.jobs j SET has_dependents = true
+            WHERE j.id = ANY (v_deps)
+            RETURNING j.id, j.stage
+        ), known AS (
+            SELECT m.id, m.stage::text AS stage FROM marked m
+            UNION ALL
+            SELECT a.id, a.status::text FROM {schema}.jobs_archive a
+            WHERE a.id = ANY (v_deps) AND a.id NOT IN (SELECT m.id FROM marked m)
+        )
+        SELECT coalesce(array_agg(k.id), '{}'),
+               coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('succeeded', 'dead', 'cancelled')), '{}'),
+               coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('dead', 'cancelled')), '{}')
+        INTO v_found, v_ended, v_failed
+        FROM known k;
+        SELECT d INTO v_missing FROM unnest(v_deps) d WHERE d <> ALL (v_found) LIMIT 1;
+        IF v_missing IS NOT NULL THEN
+            RAISE EXCEPTION 'pgqueue: job % not found', v_missing
+                USING ERRCODE = 'P0002', HINT = 'depends_on takes ids of existing jobs';
+        END IF;
+    END IF;
+
+    IF p_name IS NOT NULL THEN
+        INSERT INTO {schema}.workflows (name) VALUES (p_name) RETURNING id INTO v_workflow;
+    END IF;
+
+    -- The jobs, waiting when they have a dependency (settled below).
+    SELECT array_agg(b.job_id ORDER BY b.job_id) INTO v_ids
+    FROM {schema}.enqueue_batch((
+        SELECT jsonb_agg((s.step -> 'job') || jsonb_build_object('waiting',
+                   jsonb_array_length(coalesce(s.step -> 'after', '[]'))
+                   + jsonb_array_length(coalesce(s.step -> 'depends_on', '[]')) > 0)
+               ORDER BY s.ord)
+        FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord))) b;
+
+    INSERT INTO {schema}.job_dependencies (depends_on, job_id)
+    SELECT v_ids[a.idx::integer + 1], v_ids[s.ord]
+    FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
+         jsonb_array_elements_text(coalesce(s.step -> 'after', '[]')) a(idx)
+    UNION
+    SELECT d.id_text::bigint, v_ids[s.ord]
+    FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
+         jsonb_array_elements_text(coalesce(s.step -> 'depends_on', '[]')) d(id_text);
+
+    UPDATE {schema}.jobs j SET has_dependents = true
+    WHERE j.id = ANY (ARRAY(SELECT DISTINCT d.depends_on FROM {schema}.job_dependencies d
+                            WHERE d.job_id = ANY (v_ids)))
+      AND NOT j.has_dependents;
+
+    -- A workflow's members, and plain jobs with dependencies; pending counts
+    -- the dependencies that have not ended yet.
+    INSERT INTO {schema}.job_waits (job_id, workflow_id, step, allow_failed, pending, blocker)
+    SELECT v_ids[s.ord], v_workflow, s.step ->> 'name',
+           coalesce((s.step ->> 'allow_failed')::boolean, false),
+           (SELECT count(*) FROM {schema}.job_dependencies d
+            WHERE d.job_id = v_ids[s.ord] AND d.depends_on <> ALL (v_ended)),
+           (SELECT min(d.depends_on) FROM {schema}.job_dependencies d
+            WHERE d.job_id = v_ids[s.ord] AND d.depends_on = ANY (v_failed))
+    FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord)
+    WHERE p_name IS NOT NULL
+       OR jsonb_array_length(coalesce(s.step -> 'after', '[]'))
+          + jsonb_array_length(coalesce(s.step -> 'depends_on', '[]')) > 0;
+
+    -- Dependencies that had already ended: release or cancel those steps now.
+    PERFORM {schema}.settle_waiting(ARRAY(
+        SELECT w.job_id FROM {schema}.job_waits w
+        WHERE w.job_id = ANY (v_ids)
+          AND (w.pending = 0 OR (w.blocker IS NOT NULL AND NOT w.allow_failed))));
+
+    RETURN QUERY SELECT v_workflow, i FROM unnest(v_ids) i;
+END;
+$$;
+
 CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real, tags text[], meta jsonb)
     LANGUAGE sql STABLE
     AS $$
@@ -724,7 +847,8 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
                         SELECT g.priority FROM {schema}.tasks g WHERE g.name = r.task) END,
                     0)::smallint,
            t.run_at,
-           CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+           CASE WHEN r.waiting THEN 'waiting'
+                WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
            coalesce(r.max_attempts, CASE WHEN r.lookup THEN (
                SELECT g.max_attempts FROM {schema}.tasks g WHERE g.name = r.task) END, 5),
            coalesce(r.lease_seconds, CASE WHEN r.lookup THEN (
@@ -736,10 +860,10 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
         task text, payload jsonb, queue text, priority integer,
         run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
         dedup_key text, serial_key text, backoff real[], lookup boolean,
-        default_priority integer, tags text[], meta jsonb))
+        default_priority integer, tags text[], meta jsonb, waiting boolean))
         WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                              lease_seconds, dedup_key, serial_key, backoff, lookup,
-                             default_priority, tags, meta, ord)
+                             default_priority, tags, meta, waiting, ord)
     -- delay is added to the database clock, never the client's.
     CROSS JOIN LATERAL (SELECT coalesce(r.run_at, now() + make_interval(secs => CASE
                             WHEN r.delay BETWEEN 0 AND 3153600000 THEN coalesce(r.delay, 0) ELSE 0 END))
@@ -1359,6 +1483,33 @@ CREATE FUNCTION {schema}.job_status(job_id bigint) RETURNS TABLE(status text, at
             a.finished_at, a.result, a.last_error
      FROM {schema}.jobs_archive a WHERE a.id = job_status.job_id)
     LIMIT 1
+$$;
+
+CREATE FUNCTION {schema}.jobs_release_dependents() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+-- A job with dependents ended (or was deleted while live): count it off
+-- each dependent in this same transaction, O(its dependents), and settle
+-- those whose dependencies are all decided.
+DECLARE
+    v_status text := CASE WHEN TG_OP = 'DELETE' THEN 'cancelled' ELSE NEW.status::text END;
+    v_id     bigint := CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END;
+    v_settle bigint[];
+BEGIN
+    WITH counted AS (
+        UPDATE {schema}.job_waits w
+        SET pending = w.pending - 1,
+            blocker = CASE WHEN v_status IN ('dead', 'cancelled')
+                           THEN coalesce(w.blocker, v_id) ELSE w.blocker END
+        FROM {schema}.job_dependencies d
+        WHERE d.depends_on = v_id AND w.job_id = d.job_id AND w.pending > 0
+        RETURNING w.job_id, w.pending, w.blocker, w.allow_failed
+    )
+    SELECT array_agg(c.job_id) INTO v_settle FROM counted c
+    WHERE c.pending = 0 OR (c.blocker IS NOT NULL AND NOT c.allow_failed);
+    PERFORM {schema}.settle_waiting(v_settle);
+    RETURN NULL;
+END;
 $$;
 
 CREATE FUNCTION {schema}.jobs_serial_hold() RETURNS trigger
@@ -2200,6 +2351,43 @@ WITH updated AS (
 SELECT count(*) > 0 FROM updated;
 $$;
 
+CREATE FUNCTION {schema}.settle_waiting(p_job_ids bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- Waiting jobs whose dependencies decided their fate: cancelled when one
+-- ended dead or cancelled and allow_failed is false, else queued once none
+-- is pending. Cancelling one releases its own dependents (the trigger), so
+-- a failure propagates down the graph.
+DECLARE
+    v_queues text[];
+BEGIN
+    IF p_job_ids IS NULL OR cardinality(p_job_ids) = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE {schema}.jobs j
+    SET status = 'cancelled', finished_at = now(),
+        last_error = format('dependency %s ended %s', w.blocker,
+                            coalesce((SELECT b.status::text FROM {schema}.jobs b WHERE b.id = w.blocker),
+                                     (SELECT a.status::text FROM {schema}.jobs_archive a WHERE a.id = w.blocker)))
+    FROM {schema}.job_waits w
+    WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
+      AND w.blocker IS NOT NULL AND NOT w.allow_failed;
+    WITH released AS (
+        UPDATE {schema}.jobs j
+        SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
+        FROM {schema}.job_waits w
+        WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
+          AND w.pending = 0
+        RETURNING j.queue, j.status
+    )
+    SELECT array_agg(DISTINCT r.queue) INTO v_queues FROM released r WHERE r.status = 'queued';
+    IF v_queues IS NOT NULL THEN
+        PERFORM pg_notify({channel}, 'j:' || q) FROM unnest(v_queues) q;
+    END IF;
+END;
+$$;
+
 CREATE FUNCTION {schema}.trusted_clock(p_now timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2257,6 +2445,20 @@ CREATE TABLE {schema}.job_attempts (
     traceback text
 );
 
+CREATE TABLE {schema}.job_dependencies (
+    depends_on bigint NOT NULL,
+    job_id bigint NOT NULL
+);
+
+CREATE TABLE {schema}.job_waits (
+    job_id bigint NOT NULL,
+    workflow_id bigint,
+    step text,
+    allow_failed boolean DEFAULT false NOT NULL,
+    pending integer DEFAULT 0 NOT NULL,
+    blocker bigint
+);
+
 CREATE TABLE {schema}.jobs (
     id bigint NOT NULL,
     run_at timestamp with time zone NOT NULL,
@@ -2291,6 +2493,7 @@ CASE
 END) STORED,
     attempts integer DEFAULT 0 NOT NULL,
     counted boolean DEFAULT false NOT NULL,
+    has_dependents boolean DEFAULT false NOT NULL,
     snoozes integer DEFAULT 0 NOT NULL,
     worker_id text,
     last_error text,
@@ -2444,6 +2647,21 @@ CREATE TABLE {schema}.workers (
     token_hash bytea
 );
 
+CREATE TABLE {schema}.workflows (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE {schema}.workflows ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME {schema}.workflows_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE ONLY {schema}.jobs ALTER COLUMN id SET DEFAULT nextval('{schema}.jobs_id_seq'::regclass);
 
 ALTER TABLE ONLY {schema}.archive_partitioning
@@ -2451,6 +2669,12 @@ ALTER TABLE ONLY {schema}.archive_partitioning
 
 ALTER TABLE ONLY {schema}.job_attempts
     ADD CONSTRAINT job_attempts_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY {schema}.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (depends_on, job_id);
+
+ALTER TABLE ONLY {schema}.job_waits
+    ADD CONSTRAINT job_waits_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY {schema}.jobs_archive
     ADD CONSTRAINT jobs_archive_pkey PRIMARY KEY (id);
@@ -2482,9 +2706,16 @@ ALTER TABLE ONLY {schema}.tasks
 ALTER TABLE ONLY {schema}.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY {schema}.workflows
+    ADD CONSTRAINT workflows_pkey PRIMARY KEY (id);
+
 CREATE INDEX job_attempts_finished_idx ON {schema}.job_attempts USING btree (finished_at);
 
 CREATE INDEX job_attempts_job_id_idx ON {schema}.job_attempts USING btree (job_id);
+
+CREATE INDEX job_dependencies_job_idx ON {schema}.job_dependencies USING btree (job_id);
+
+CREATE UNIQUE INDEX job_waits_step_idx ON {schema}.job_waits USING btree (workflow_id, step) WHERE (workflow_id IS NOT NULL);
 
 CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive USING btree (queue, dedup_key, created_at) WHERE (dedup_key IS NOT NULL);
 
@@ -2510,11 +2741,19 @@ CREATE INDEX jobs_serial_key_idx ON {schema}.jobs USING btree (serial_key, id) W
 
 CREATE INDEX jobs_tags_idx ON {schema}.jobs USING gin (tags) WHERE (tags IS NOT NULL);
 
+CREATE INDEX jobs_waiting_idx ON {schema}.jobs USING btree (queue) WHERE (stage = 'waiting'::{schema}.job_status);
+
 CREATE INDEX queue_lease_log_idx ON {schema}.queue_lease_log USING btree (queue, leased_at);
 
 CREATE INDEX schedules_next_fire_idx ON {schema}.schedules USING btree (next_fire_at) WHERE enabled;
 
 CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log USING btree (task, leased_at);
+
+CREATE INDEX workflows_created_idx ON {schema}.workflows USING btree (created_at);
+
+CREATE TRIGGER jobs_release_dependents_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN ((old.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
+
+CREATE TRIGGER jobs_release_dependents_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) AND (new.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
 
 CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
 
@@ -2557,11 +2796,13 @@ REVOKE ALL ON FUNCTION {schema}.dedup_lock_key(p_queue text, p_key text) FROM PU
 
 REVOKE ALL ON FUNCTION {schema}.deregister_worker(p_worker_id text, p_token text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.enqueue(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text, dedup_window interval, debounce interval, traceparent text, tags text[], meta jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.enqueue(task text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, max_attempts integer, dedup_key text, serial_key text, dedup_window interval, debounce interval, traceparent text, tags text[], meta jsonb, depends_on bigint[], allow_failed boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_batch(p_jobs jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_batch_traced(p_jobs jsonb, p_trace_context jsonb, p_windowed boolean) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.enqueue_graph(p_name text, p_steps jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.enqueue_input(p_jobs jsonb) FROM PUBLIC;
 
@@ -2588,6 +2829,8 @@ REVOKE ALL ON FUNCTION {schema}.fire_schedules(p_names text[], p_due_at timestam
 REVOKE ALL ON FUNCTION {schema}.heartbeat_worker(p_worker_id text, p_token text, p_host text, p_pid integer, p_queues text[], p_concurrency integer, p_tasks text[], p_version text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.job_status(job_id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.jobs_release_dependents() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.jobs_serial_hold() FROM PUBLIC;
 
@@ -2630,6 +2873,8 @@ REVOKE ALL ON FUNCTION {schema}.schedules_notify() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.serial_unhold_stale(p_limit integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.set_progress(p_job_id bigint, p_attempt_id bigint, p_progress jsonb) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.settle_waiting(p_job_ids bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.trusted_clock(p_now timestamp with time zone) FROM PUBLIC;
 

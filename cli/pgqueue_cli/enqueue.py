@@ -80,6 +80,20 @@ def enqueue(
         str | None,
         typer.Option(help="A JSON object stored with the job (up to 8 KiB).", show_default=False),
     ] = None,
+    depends_on: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--depends-on",
+            help="Wait until this job succeeded (repeat for more); status waiting until then.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_failed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-failed", help="With --depends-on: run once they ended, whatever the end."
+        ),
+    ] = False,
     batch: Annotated[
         bool,
         typer.Option(
@@ -137,6 +151,8 @@ def enqueue(
                 settle,
                 tags,
                 extra,
+                depends_on or None,
+                allow_failed,
             )
             for p in payloads
         ]
@@ -168,6 +184,8 @@ def enqueue(
             debounce=settle,
             tags=tags,
             meta=extra,
+            depends_on=depends_on or None,
+            allow_failed=allow_failed,
         )
     if as_json:
         output.print_json(result)

@@ -36,6 +36,7 @@ from pgqueue_cli import (
     task,  # task registry (0006)
     uninstall,
     workers,  # workers list|forget (0006)
+    workflow,
 )
 from pgqueue_cli import telemetry as telemetry_commands
 from pgqueue_cli import watch as watch_command
@@ -315,6 +316,7 @@ app.command()(watch_command.watch)
 app.add_typer(task.app)
 app.command()(task.tasks)
 app.add_typer(workers.app)
+app.add_typer(workflow.app)
 
 
 def run() -> None:

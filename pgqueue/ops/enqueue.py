@@ -175,6 +175,10 @@ def enqueue_many(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enqueued]]
         return _nothing()
     if ctx.middleware:
         specs = before_enqueue(ctx.middleware, specs)
+    if any(s.depends_on or s.allow_failed for s in specs):
+        from pgqueue.ops.workflows import enqueue_dependent
+
+        return enqueue_dependent(ctx, specs)
     builder = _JobBuilder(ctx)
     if len(specs) > 1 and not tracing.enabled():
         payloads = _only_payloads_differ(specs)
@@ -230,6 +234,10 @@ def enqueue_one(ctx: OpContext, spec: JobSpec) -> Op[Enqueued]:
     a trace context to store)."""
     if ctx.middleware:
         (spec,) = before_enqueue(ctx.middleware, [spec])
+    if spec.depends_on or spec.allow_failed:
+        from pgqueue.ops.workflows import enqueue_dependent
+
+        return _first(enqueue_dependent(ctx, [spec]))
     builder = _JobBuilder(ctx)
     job = builder.build(spec)
     if builder.windowed or builder.labelled or tracing.enabled():

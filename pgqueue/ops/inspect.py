@@ -86,6 +86,7 @@ _STORED = {
     "succeeded": (["succeeded"], None),
     "dead": (["dead"], None),
     "cancelled": (["cancelled"], None),
+    "waiting": (["waiting"], None),
 }
 
 
@@ -251,6 +252,7 @@ def queue_counts(
                     "succeeded": counts.get((name, "succeeded"), 0),
                     "dead": counts.get((name, "dead"), 0),
                     "cancelled": counts.get((name, "cancelled"), 0),
+                    "waiting": r["waiting"],
                 },
                 capped=frozenset(s for s in ("queued", "running") if r[s] >= cap),
                 estimated=frozenset(estimated.get(name, ())),
@@ -284,6 +286,9 @@ def explain(job_id: int) -> Op[str]:
     return _explain(_job_id(job_id))
 
 
+_ENDED = ("succeeded", "dead", "cancelled")
+
+
 def _explain(job_id: int) -> Op[str]:
     row = yield Execute("job_get", {"job_id": job_id}, fetch="one", rows="dict")
     if row is None:
@@ -301,6 +306,17 @@ def _explain(job_id: int) -> Op[str]:
             rows="dict",
         )
         context = {**context, **(task_context or {})}
+    if row["stored_status"] == "waiting":
+        from pgqueue.ops.workflows import dependencies
+
+        _, deps = yield from dependencies(job_id)
+        pending = [f"{name} ({status})" for name, status, _ in deps if status not in _ENDED]
+        ended = [name for name, status, _ in deps if status in _ENDED]
+        return (
+            f"job {job_id} ({row['task']}, queue {row['queue']!r}) is waiting for "
+            f"{len(pending)} of its {len(deps)} dependencies to end: {', '.join(pending)}"
+            + (f"; already ended: {', '.join(ended)}" if ended else "")
+        )
     last_attempt = None
     if row["stored_status"] in ("dead", "cancelled"):
         history = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")

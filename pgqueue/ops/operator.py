@@ -12,18 +12,20 @@ from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _job_id
 
 #: Visible statuses a bulk cancel may pick.
-CANCELLABLE = ("queued", "scheduled", "running")
+CANCELLABLE = ("queued", "scheduled", "running", "waiting")
 
 
 def _statuses(statuses: Sequence[str] | str) -> list[str]:
     chosen = [statuses] if isinstance(statuses, str) else list(statuses)
     if not chosen:
-        raise InvalidOption("give at least one status to cancel: queued, scheduled or running")
+        raise InvalidOption(
+            "give at least one status to cancel: queued, scheduled, running or waiting"
+        )
     for status in chosen:
         if status not in CANCELLABLE:
             raise InvalidOption(
-                f"cannot cancel jobs with status {status!r}: only queued, scheduled or running "
-                "jobs are live"
+                f"cannot cancel jobs with status {status!r}: only queued, scheduled, running "
+                "or waiting jobs are live"
             )
     return chosen
 

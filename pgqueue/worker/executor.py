@@ -113,7 +113,10 @@ class Executor:
         observer: WorkerObserver = NULL_OBSERVER,
         progress: ProgressWriter | None = None,
         middleware: Sequence[Middleware] = (),
+        dependencies: Callable[[int], tuple[int | None, list[tuple[str, str, Any]]]] | None = None,
     ) -> None:
+        #: Reads a job's workflow and dependencies (context.dependency_results).
+        self.dependencies = dependencies
         self.tasks = tasks
         self.middleware = tuple(middleware)
         self.progress = progress  # for context.set_progress; None: kept on the context only
@@ -206,6 +209,9 @@ class Executor:
                 meta=job.meta,
                 _extend=partial(self._request_extend, rj),
                 _progress=None if self.progress is None else partial(self.progress.note, rj),
+                _dependencies=None
+                if self.dependencies is None
+                else partial(self.dependencies, job.job_id),
                 _transactions=None
                 if self.transactions is None
                 else self.transactions.for_job(

@@ -112,6 +112,7 @@ class Worker:
             observer,
             ProgressWriter(database),
             app.middleware,
+            app.job_dependencies,
         )
         observer.watch(executor.running)
         completer.executor = executor

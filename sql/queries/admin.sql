@@ -71,7 +71,7 @@ LIMIT %(limit)s;
 -- status before and after, or nothing when the job is not live.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE id = %(job_id)s AND stage IN ('queued', 'scheduled')
+    WHERE id = %(job_id)s AND stage IN ('queued', 'scheduled', 'waiting')
     FOR UPDATE
 ), updated AS (
     UPDATE {schema}.jobs j
@@ -144,6 +144,8 @@ SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+            WHERE j.queue = q.name AND j.stage = 'waiting' LIMIT %(cap)s) c) AS waiting,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
 FROM {schema}.queues q

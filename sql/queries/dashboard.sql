@@ -139,7 +139,7 @@ LIMIT %(limit)s;
 -- ones are asked to stop (their worker is told). Finished ones are left alone.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled')
+    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled', 'waiting')
     ORDER BY id
     FOR UPDATE
 ), updated AS (

@@ -44,7 +44,7 @@ WHERE a.id = ANY (ARRAY(
     SELECT p.id FROM {schema}.job_attempts p
     WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                      WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled'))
+                      WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled', 'waiting'))
     ORDER BY p.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED));
@@ -64,7 +64,7 @@ WHERE a.id = ANY (ARRAY(
 SELECT (SELECT count(*) FROM {schema}.job_attempts p
         WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
-                          WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled'))),
+                          WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled', 'waiting'))),
        (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval));
 
 -- name: table_stats

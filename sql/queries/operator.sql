@@ -8,7 +8,7 @@
 -- batches end. Returns (id, status before, status after) per job.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE stage IN ('queued', 'scheduled') AND NOT cancel_requested
+    WHERE stage IN ('queued', 'scheduled', 'waiting') AND NOT cancel_requested
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY (%(job_ids)s::bigint[]))
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -35,7 +35,7 @@ ORDER BY u.id;
 -- name: job_cancel_count
 -- How many live jobs a bulk cancel with these filters would pick now.
 SELECT count(*) FROM {schema}.jobs
-WHERE stage IN ('queued', 'scheduled') AND NOT cancel_requested
+WHERE stage IN ('queued', 'scheduled', 'waiting') AND NOT cancel_requested
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND {schema}.visible_status(status, run_at) = ANY (%(statuses)s::text[]);
@@ -76,7 +76,7 @@ SELECT EXISTS (SELECT 1 FROM q) AS existed, EXISTS (SELECT 1 FROM gone) AS delet
 -- name: schema_summary
 -- What `uninstall` would drop: jobs (hot and archived) and live workers.
 SELECT (SELECT count(*) FROM {schema}.jobs) AS jobs,
-       (SELECT count(*) FROM {schema}.jobs WHERE stage IN ('queued', 'scheduled'))
+       (SELECT count(*) FROM {schema}.jobs WHERE stage IN ('queued', 'scheduled', 'waiting'))
            AS live_jobs,
        (SELECT count(*) FROM {schema}.jobs_archive) AS archived_jobs,
        (SELECT count(*) FROM {schema}.workers

@@ -1,0 +1,99 @@
+-- Workflows and jobs with dependencies (enqueue_graph in sql/schema.sql).
+
+-- name: job_enqueue_graph
+-- Enqueue a graph of steps in one statement; one (workflow_id, job_id) row
+-- per step, in input order.
+SELECT workflow_id, job_id FROM {schema}.enqueue_graph(%(name)s::text, %(steps)s::jsonb);
+
+-- name: workflow_get
+-- A workflow's row.
+SELECT w.id, w.name, w.created_at FROM {schema}.workflows w WHERE w.id = %(workflow_id)s;
+
+-- name: workflow_steps
+-- A workflow's steps as jobs (live or archived), in enqueue order.
+SELECT s.step, j.id, j.queue, j.task, j.payload, j.priority,
+       {schema}.visible_status(j.status, j.run_at) AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result,
+       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
+FROM {schema}.job_waits s
+JOIN {schema}.jobs j ON j.id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s
+UNION ALL
+SELECT s.step, a.id, a.queue, a.task, a.payload, a.priority, a.status::text, a.run_at,
+       a.attempts, a.max_attempts, a.dedup_key, a.serial_key, a.created_at, a.finished_at,
+       a.last_error, a.result, coalesce(a.tags, '{}'), a.meta, a.progress, a.snoozes
+FROM {schema}.job_waits s
+JOIN {schema}.jobs_archive a ON a.id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s
+ORDER BY id;
+
+-- name: workflow_edges
+-- Which step waits for which, by job id.
+SELECT d.job_id, d.depends_on
+FROM {schema}.job_waits s
+JOIN {schema}.job_dependencies d ON d.job_id = s.job_id
+WHERE s.workflow_id = %(workflow_id)s
+ORDER BY d.job_id, d.depends_on;
+
+-- name: workflow_list
+-- Workflows, newest first; status running until every step ended, then
+-- succeeded (all succeeded) or failed. %(status)s filters on it.
+SELECT * FROM (
+    SELECT w.id, w.name, w.created_at,
+           CASE WHEN bool_and(coalesce(j.stage, a.status) IN ('succeeded', 'dead', 'cancelled'))
+                THEN CASE WHEN bool_and(coalesce(j.stage, a.status) = 'succeeded')
+                          THEN 'succeeded' ELSE 'failed' END
+                ELSE 'running' END AS status,
+           count(*) AS steps
+    FROM {schema}.workflows w
+    JOIN {schema}.job_waits s ON s.workflow_id = w.id
+    LEFT JOIN {schema}.jobs j ON j.id = s.job_id
+    LEFT JOIN {schema}.jobs_archive a ON a.id = s.job_id
+    WHERE w.id IN (SELECT x.id FROM {schema}.workflows x
+                   WHERE %(workflow_id)s::bigint IS NULL OR x.id = %(workflow_id)s::bigint
+                   ORDER BY x.id DESC LIMIT %(scan)s)
+    GROUP BY w.id
+) l
+WHERE %(status)s::text IS NULL OR l.status = %(status)s::text
+ORDER BY l.id DESC
+LIMIT %(limit)s;
+
+-- name: workflow_cancel
+-- Cancel a workflow's live steps: waiting, queued and scheduled ones end
+-- cancelled now, running ones are asked to stop. Returns the ids touched.
+WITH target AS (
+    SELECT j.id, j.status FROM {schema}.jobs j
+    JOIN {schema}.job_waits s ON s.job_id = j.id
+    WHERE s.workflow_id = %(workflow_id)s
+      AND j.stage IN ('queued', 'scheduled', 'waiting') AND NOT j.cancel_requested
+    ORDER BY j.id
+    FOR UPDATE OF j
+), updated AS (
+    UPDATE {schema}.jobs j
+    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
+        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+        last_error = CASE WHEN t.status = 'running' THEN j.last_error
+                          ELSE 'workflow cancelled' END,
+        cancel_requested = true
+    FROM target t WHERE j.id = t.id
+    RETURNING j.id, j.status, j.notify_finish, j.queue
+), notified AS (
+    SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
+               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
+    FROM updated u WHERE u.status = 'running' OR u.notify_finish
+)
+SELECT u.id FROM updated u CROSS JOIN notified ORDER BY u.id;
+
+-- name: job_dependencies
+-- A job's workflow and its direct dependencies: step name (the job id as
+-- text for a plain depends_on), status and stored result.
+SELECT w.workflow_id, coalesce(ds.step, d.depends_on::text) AS name,
+       coalesce(j.status, a.status)::text AS status, coalesce(j.result, a.result) AS result
+FROM (SELECT %(job_id)s::bigint AS job_id) me
+LEFT JOIN {schema}.job_waits w ON w.job_id = me.job_id
+LEFT JOIN {schema}.job_dependencies d ON d.job_id = me.job_id
+LEFT JOIN {schema}.job_waits ds ON ds.job_id = d.depends_on
+LEFT JOIN {schema}.jobs j ON j.id = d.depends_on
+LEFT JOIN {schema}.jobs_archive a ON a.id = d.depends_on
+ORDER BY d.depends_on;
