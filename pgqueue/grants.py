@@ -93,14 +93,14 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # (e.g. replay_job, 0014: a copy of any job, payload included).
 _PRODUCER_FUNCTIONS = (
     "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
-    "enqueue_payloads", "enqueue_graph",
+    "enqueue_payloads",
     "visible_status",
     "watch_job", "job_status",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (
     # The Python worker's batch statements.
     "lease_jobs", "lease_jobs_observed", "ack_jobs", "fail_jobs", "release_jobs", "extend_jobs",
-    "reap_jobs", "set_progress",
+    "reap_jobs",
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
     # Its own registration, heartbeat and deregistration, and the reaper's

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+#: Field metadata: JSON output omits the field while it holds its default.
+OMIT_DEFAULT = {"json": "omit_default"}
+
 
 class JobStatus(enum.StrEnum):
     """Status of a job as users see it (``scheduled`` = queued with a future run_at)."""
@@ -120,12 +123,14 @@ class Job:
     last_error: str | None
     result: Any
     attempt_history: list[Attempt] | None = field(default=None)
-    tags: list[str] = field(default_factory=list)
-    meta: dict[str, Any] | None = None
+    # Fields added with tags, progress and snooze: JSON output (the CLI's
+    # --json) leaves them out while they hold their default.
+    tags: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
+    meta: dict[str, Any] | None = field(default=None, metadata=OMIT_DEFAULT)
     #: The last value the task gave ``context.set_progress`` (a number or an object).
-    progress: Any = None
+    progress: Any = field(default=None, metadata=OMIT_DEFAULT)
     #: Times the job raised :class:`pgqueue.Snooze` (attempts it did not spend).
-    snoozes: int = 0
+    snoozes: int = field(default=0, metadata=OMIT_DEFAULT)
 
 
 @dataclass(slots=True)
@@ -169,8 +174,8 @@ class QueueMetrics:
     paused: bool
     concurrency_limit: int | None = None
     rate_limit: str | None = None
-    #: Jobs waiting for their dependencies.
-    waiting: int = 0
+    #: Jobs waiting for their dependencies (JSON output: only when there are some).
+    waiting: int = field(default=0, metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

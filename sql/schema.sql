@@ -618,6 +618,12 @@ DECLARE
     v_rows    {schema}.enqueued[];
     v_missing bigint[];
 BEGIN
+    IF jsonb_typeof(p_jobs) = 'object' AND p_jobs ? 'graph' THEN
+        -- {"graph": steps, "workflow": name}: jobs that wait for other jobs
+        -- (enqueue_graph; the workflow's id is in job_waits).
+        RETURN QUERY SELECT g.job_id, true FROM {schema}.enqueue_graph(p_jobs ->> 'workflow', p_jobs -> 'graph') g;
+        RETURN;
+    END IF;
     IF jsonb_typeof(p_jobs) = 'object' THEN
         v_jobs := p_jobs -> 'jobs';
         v_dedup := (p_jobs ->> 'dedup')::boolean;
@@ -728,7 +734,7 @@ END;
 $$;
 
 CREATE FUNCTION {schema}.enqueue_graph(p_name text, p_steps jsonb) RETURNS TABLE(workflow_id bigint, job_id bigint)
-    LANGUAGE plpgsql SECURITY DEFINER
+    LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- Jobs that wait for other jobs, in one statement: p_steps is a JSON array
@@ -1264,25 +1270,35 @@ CREATE FUNCTION {schema}.extend(job_id bigint, attempt_id bigint, seconds intege
                                                  ARRAY[seconds::float8])
 $$;
 
-CREATE FUNCTION {schema}.extend_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_seconds double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, cancel_requested boolean)
+CREATE FUNCTION {schema}.extend_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_seconds double precision[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_progress jsonb[] DEFAULT NULL::jsonb[]) RETURNS TABLE(job_id bigint, cancel_requested boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 BEGIN
     -- EXECUTE: planned for the arrays at hand on every call, as the
     -- statement was before; a cached generic plan joins them quadratically.
+    -- A NULL seconds with a progress value (context.set_progress) stores the
+    -- progress only, fenced by the attempt id alone: the last value of an
+    -- attempt is written even when its completion committed first.
     RETURN QUERY EXECUTE $q$
 UPDATE {schema}.jobs j
-SET lease_expires_at = CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($4), now()) END
+SET lease_expires_at = CASE WHEN e.seconds IS NULL THEN j.lease_expires_at
+                       ELSE CASE WHEN $4 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($4), now()) END
                        + make_interval(secs => CASE WHEN e.seconds BETWEEN 1 AND 31536000
                                                     THEN e.seconds
                                                     WHEN e.seconds > 31536000 THEN 31536000
-                                                    ELSE 1 END)
-FROM unnest($1, $2, $3) AS e(job_id, attempt_id, seconds)
+                                                    ELSE 1 END) END,
+    progress = CASE WHEN jsonb_typeof(e.progress) = 'number'
+                         OR (jsonb_typeof(e.progress) = 'object'
+                             AND octet_length(e.progress::text) <= 4096)
+                    THEN e.progress ELSE j.progress END
+FROM unnest($1, $2, $3, coalesce($5, array_fill(NULL::jsonb, ARRAY[cardinality($1)])))
+    AS e(job_id, attempt_id, seconds, progress)
 WHERE j.id = ANY ($1)
-  AND j.id = e.job_id AND j.attempt_id = e.attempt_id AND j.stage = 'queued' AND j.status = 'running'
+  AND j.id = e.job_id AND j.attempt_id = e.attempt_id
+  AND (e.seconds IS NULL OR j.stage = 'queued' AND j.status = 'running')
 RETURNING j.id, j.cancel_requested
-$q$ USING p_job_ids, p_attempt_ids, p_seconds, p_now;
+$q$ USING p_job_ids, p_attempt_ids, p_seconds, p_now, p_progress;
 END;
 $_$;
 
@@ -2334,23 +2350,6 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.set_progress(p_job_id bigint, p_attempt_id bigint, p_progress jsonb) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
--- context.set_progress: the attempt's last value (fenced by its attempt id,
--- and still written when the attempt's completion committed first). A HOT
--- update: progress is in no index.
-WITH updated AS (
-    UPDATE {schema}.jobs j SET progress = p_progress
-    WHERE j.id = p_job_id AND j.attempt_id = p_attempt_id
-      AND (jsonb_typeof(p_progress) = 'number'
-           OR (jsonb_typeof(p_progress) = 'object' AND octet_length(p_progress::text) <= 4096))
-    RETURNING 1
-)
-SELECT count(*) > 0 FROM updated;
-$$;
-
 CREATE FUNCTION {schema}.settle_waiting(p_job_ids bigint[]) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2818,7 +2817,7 @@ REVOKE ALL ON FUNCTION {schema}.enqueue_windowed(p_jobs jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.extend(job_id bigint, attempt_id bigint, seconds integer) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.extend_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_seconds double precision[], p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.extend_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_seconds double precision[], p_now timestamp with time zone, p_progress jsonb[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.fail(job_id bigint, attempt_id bigint, error text, retry_at timestamp with time zone, permanent boolean) FROM PUBLIC;
 
@@ -2871,8 +2870,6 @@ REVOKE ALL ON FUNCTION {schema}.retry_delay(p_attempt integer, p_base real, p_fa
 REVOKE ALL ON FUNCTION {schema}.schedules_notify() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.serial_unhold_stale(p_limit integer) FROM PUBLIC;
-
-REVOKE ALL ON FUNCTION {schema}.set_progress(p_job_id bigint, p_attempt_id bigint, p_progress jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.settle_waiting(p_job_ids bigint[]) FROM PUBLIC;
 

@@ -52,12 +52,23 @@ def stderr() -> Console:
 # --- JSON --------------------------------------------------------------------
 
 
+def _is_default(f: dataclasses.Field[Any], value: Any) -> bool:
+    current = getattr(value, f.name)
+    if f.default_factory is not dataclasses.MISSING:
+        return bool(current == f.default_factory())
+    return bool(current == f.default)
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON values from pgqueue's types: dataclasses and named tuples
     become objects with their field names, times ISO-8601 text, durations
     seconds, enums their value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("json") == "omit_default" and _is_default(f, value))
+        }
     if isinstance(value, tuple) and hasattr(value, "_asdict"):
         return {k: to_jsonable(v) for k, v in value._asdict().items()}
     if isinstance(value, enum.Enum):

@@ -333,14 +333,13 @@ def next_due(queues: list[str] | None = None) -> Op[float | None]:
 
 
 def set_progress(job_id: int, attempt_id: int, progress: str) -> Op[bool]:
-    """Store a running job's progress (JSON text, validated by
+    """Store a job's progress (JSON text, validated by
     :func:`pgqueue.validation.progress`); false when the attempt is not the job's."""
-    row = yield Execute(
+    rows = yield Execute(
         "job_set_progress",
-        {"job_id": job_id, "attempt_id": attempt_id, "progress": progress},
-        fetch="one",
+        {"job_ids": [job_id], "attempt_ids": [attempt_id], "progress": [progress]},
     )
-    return bool(row[0])
+    return bool(rows)
 
 
 def _meta(text: str | bytes | None) -> Any:

@@ -76,16 +76,23 @@ def enqueue_workflow(ctx: OpContext, workflow: Workflow) -> Op[WorkflowRun]:
 
 
 def _graph(ctx: OpContext, name: str | None, steps: list[dict[str, Any]]) -> Op[list[Any]]:
+    """(workflow id, job id) per step: one enqueue statement, and for a
+    workflow one primary-key read of its id."""
     # Payloads were checked by the builder, their sizes are checked by the database.
-    doc = json.dumps(steps, separators=(",", ":"), ensure_ascii=False)
+    doc = json.dumps({"graph": steps, "workflow": name}, separators=(",", ":"), ensure_ascii=False)
     try:
-        rows = yield Execute("job_enqueue_graph", {"name": name, "steps": doc})
+        rows = yield Execute("job_enqueue_graph", {"graph": doc})
     except Exception as exc:
         missing = _missing_job(exc)
         if missing is None:
             raise
         raise JobNotFound(missing) from None
-    return list(rows)
+    ids = [r[0] for r in rows]
+    workflow_id = None
+    if name is not None:
+        found = yield Execute("workflow_of_job", {"job_id": ids[0]}, fetch="one")
+        workflow_id = found[0]
+    return [(workflow_id, i) for i in ids]
 
 
 def _missing_job(exc: Exception) -> int | None:

@@ -105,5 +105,7 @@ SELECT status::text, result, last_error FROM {schema}.jobs_archive WHERE id = %(
 LIMIT 1;
 
 -- name: job_set_progress
--- Store a running job's progress (context.set_progress), fenced by its attempt.
-SELECT {schema}.set_progress(%(job_id)s, %(attempt_id)s, %(progress)s::jsonb);
+-- Store running jobs' progress (context.set_progress), fenced by the attempt
+-- id (through extend_jobs: NULL seconds leave the lease alone).
+SELECT job_id FROM {schema}.extend_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[],
+    array_fill(NULL::float8, ARRAY[cardinality(%(job_ids)s::bigint[])]), NULL, %(progress)s::jsonb[]);

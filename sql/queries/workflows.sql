@@ -1,9 +1,13 @@
 -- Workflows and jobs with dependencies (enqueue_graph in sql/schema.sql).
 
 -- name: job_enqueue_graph
--- Enqueue a graph of steps in one statement; one (workflow_id, job_id) row
--- per step, in input order.
-SELECT workflow_id, job_id FROM {schema}.enqueue_graph(%(name)s::text, %(steps)s::jsonb);
+-- Enqueue a graph of steps in one statement (enqueue_batch given
+-- {"graph": steps, "workflow": name}); one job id per step, in input order.
+SELECT job_id FROM {schema}.enqueue_batch(%(graph)s::jsonb);
+
+-- name: workflow_of_job
+-- The workflow a job is a step of.
+SELECT workflow_id FROM {schema}.job_waits WHERE job_id = %(job_id)s;
 
 -- name: workflow_get
 -- A workflow's row.
