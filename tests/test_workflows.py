@@ -234,3 +234,28 @@ def test_cli_workflow_commands_and_depends_on(app: pgqueue.App, db_dsn: str) -> 
     cancelled = invoke(db_dsn, "workflow", "cancel", str(run.workflow_id))
     assert cancelled.exit_code == 0, cancelled.stderr
     assert app.get_workflow(run.workflow_id).status == "failed"
+
+
+def test_archive_and_prune_take_the_workflow_bookkeeping_along(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    wf = app.workflow("short-lived")
+    first = wf.add("t")
+    wf.add("u", after=first)
+    run = wf.enqueue()
+    for _ in range(2):
+        (leased,) = app.lease("default", "w1")
+        app.ack(leased)
+    assert app.get_workflow(run.workflow_id).status == "succeeded"
+
+    assert app.archive(older_than=0) == 2
+    assert app.get_workflow(run.workflow_id).status == "succeeded"  # read from the archive
+    assert app.prune(older_than=0)["archived_jobs"] == 2
+
+    with psycopg.connect(db_dsn) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM pgqueue.workflows),"
+            " (SELECT count(*) FROM pgqueue.job_waits),"
+            " (SELECT count(*) FROM pgqueue.job_dependencies)"
+        ).fetchone()
+    assert left == (0, 0, 0)

@@ -171,6 +171,9 @@ VACUUM_TABLES = (
     "task_settings",
     "task_lease_log",
     "archive_partitioning",
+    "workflows",
+    "job_waits",
+    "job_dependencies",
 )
 
 

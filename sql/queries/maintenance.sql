@@ -50,14 +50,27 @@ WHERE a.id = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED));
 
 -- name: archive_prune_batch
--- Delete up to %(limit)s archived jobs finished before the cutoff.
-DELETE FROM {schema}.jobs_archive a
-WHERE a.id = ANY (ARRAY(
+-- Delete up to %(limit)s archived jobs finished before the cutoff, with their
+-- dependency bookkeeping and the workflows left without steps. (The row count
+-- is the last statement's: the archived jobs deleted.)
+WITH doomed AS MATERIALIZED (
     SELECT id FROM {schema}.jobs_archive
     WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
     ORDER BY finished_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED));
+    FOR UPDATE SKIP LOCKED
+), edges AS (
+    DELETE FROM {schema}.job_dependencies d WHERE d.job_id IN (SELECT id FROM doomed)
+), waits AS (
+    DELETE FROM {schema}.job_waits w WHERE w.job_id IN (SELECT id FROM doomed)
+    RETURNING w.workflow_id
+), flows AS (
+    DELETE FROM {schema}.workflows f
+    WHERE f.id IN (SELECT workflow_id FROM waits)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_waits r
+                      WHERE r.workflow_id = f.id AND r.job_id NOT IN (SELECT id FROM doomed))
+)
+DELETE FROM {schema}.jobs_archive a WHERE a.id IN (SELECT id FROM doomed);
 
 -- name: prune_count
 -- How many attempt records and archived jobs a prune with this cutoff would delete.
@@ -83,4 +96,5 @@ ORDER BY s.relname;
 VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {schema}.queues,
     {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
     {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning,
-    {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log;
+    {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log, {schema}.workflows,
+    {schema}.job_waits, {schema}.job_dependencies;
