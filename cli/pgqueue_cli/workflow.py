@@ -23,7 +23,7 @@ WorkflowId = Annotated[int, typer.Argument(help="The workflow's id.", min=1)]
 def show(workflow_id: WorkflowId, as_json: JsonOption = False) -> None:
     """Show a workflow: each step's job, status and what it waits for.
 
-    Example:
+    Examples:
 
       pgqueue workflow show 12
     """
@@ -55,7 +55,7 @@ def list_workflows(
 ) -> None:
     """List workflows, newest first.
 
-    Example:
+    Examples:
 
       pgqueue workflow list --status running
     """
@@ -74,7 +74,7 @@ def list_workflows(
 def cancel(workflow_id: WorkflowId, as_json: JsonOption = False) -> None:
     """Cancel a workflow's live steps (running ones are asked to stop).
 
-    Example:
+    Examples:
 
       pgqueue workflow cancel 12
     """
