@@ -28,7 +28,9 @@ def fmt_span(seconds: float) -> str:
 
 def _attempts(row: dict[str, Any]) -> str:
     n = row["attempts"]
-    return f"{n} attempt{'s' if n != 1 else ''}"
+    snoozes = row.get("snoozes") or 0
+    snoozed = f" (and {snoozes} snooze{'s' if snoozes != 1 else ''})" if snoozes else ""
+    return f"{n} attempt{'s' if n != 1 else ''}{snoozed}"
 
 
 def _unknown_task(row: dict[str, Any], context: dict[str, Any]) -> str | None:
@@ -112,6 +114,9 @@ def explain_job(
             f" (retry {row['attempts'] + 1} of {row['max_attempts']} after: "
             f"{row['last_error'] or 'an error'})"
         )
+    if row.get("snoozes"):
+        n = row["snoozes"]
+        retry += f" (snoozed {n} time{'s' if n != 1 else ''}: no attempt spent)"
     unknown = _unknown_task(row, context)
     if status == "scheduled":
         return (

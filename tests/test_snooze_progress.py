@@ -41,6 +41,7 @@ def test_a_snoozed_job_runs_again_without_spending_attempts(app: pgqueue.App) ->
     outcomes = [a.outcome.value for a in job.attempt_history]
     assert outcomes == ["snoozed", "snoozed", "snoozed", "succeeded"]
     assert job.last_error is None
+    assert "(and 3 snoozes)" in app.explain(job_id)
 
 
 def test_a_job_snoozed_a_thousand_times_keeps_its_backoff(app: pgqueue.App, db_dsn: str) -> None:
