@@ -800,12 +800,12 @@ BEGIN
                ORDER BY s.ord)
         FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord))) b;
 
-    INSERT INTO {schema}.job_dependencies (depends_on, job_id)
-    SELECT v_ids[a.idx::integer + 1], v_ids[s.ord]
+    INSERT INTO {schema}.job_dependencies (depends_on, job_id, counted)
+    SELECT v_ids[a.idx::integer + 1], v_ids[s.ord], false
     FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
          jsonb_array_elements_text(coalesce(s.step -> 'after', '[]')) a(idx)
     UNION
-    SELECT d.id_text::bigint, v_ids[s.ord]
+    SELECT d.id_text::bigint, v_ids[s.ord], d.id_text::bigint = ANY (v_ended)
     FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
          jsonb_array_elements_text(coalesce(s.step -> 'depends_on', '[]')) d(id_text);
 
@@ -1512,13 +1512,19 @@ DECLARE
     v_id     bigint := CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END;
     v_settle bigint[];
 BEGIN
-    WITH counted AS (
+    -- Each edge is counted off once: a dependency that ends, is requeued
+    -- (a dead job put back) and ends again does not count twice.
+    WITH edges AS (
+        UPDATE {schema}.job_dependencies d SET counted = true
+        WHERE d.depends_on = v_id AND NOT d.counted
+        RETURNING d.job_id
+    ), counted AS (
         UPDATE {schema}.job_waits w
         SET pending = w.pending - 1,
             blocker = CASE WHEN v_status IN ('dead', 'cancelled')
                            THEN coalesce(w.blocker, v_id) ELSE w.blocker END
-        FROM {schema}.job_dependencies d
-        WHERE d.depends_on = v_id AND w.job_id = d.job_id AND w.pending > 0
+        FROM edges e
+        WHERE w.job_id = e.job_id AND w.pending > 0
         RETURNING w.job_id, w.pending, w.blocker, w.allow_failed
     )
     SELECT array_agg(c.job_id) INTO v_settle FROM counted c
@@ -2446,7 +2452,8 @@ CREATE TABLE {schema}.job_attempts (
 
 CREATE TABLE {schema}.job_dependencies (
     depends_on bigint NOT NULL,
-    job_id bigint NOT NULL
+    job_id bigint NOT NULL,
+    counted boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE {schema}.job_waits (

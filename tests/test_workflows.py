@@ -259,3 +259,20 @@ def test_archive_and_prune_take_the_workflow_bookkeeping_along(
             " (SELECT count(*) FROM pgqueue.job_dependencies)"
         ).fetchone()
     assert left == (0, 0, 0)
+
+
+def test_a_dependency_requeued_after_dying_is_counted_off_once(app: pgqueue.App) -> None:
+    wf = app.workflow("requeued")
+    a = wf.add("a", {}, queue="qa")
+    b = wf.add("b", {}, queue="qb")  # nobody serves qb: c must keep waiting for it
+    wf.add("c", {}, after=[a, b], allow_failed=True, queue="qc")
+    run = wf.enqueue()
+
+    (first,) = app.lease("qa", "w1")
+    app.fail(first, "boom", permanent=True)
+    app.requeue_dead(run.jobs["a"])
+    (again,) = app.lease("qa", "w1")
+    app.ack(again)
+
+    assert app.get_job(run.jobs["c"]).status is JobStatus.WAITING
+    assert app.lease("qc", "w1") == []
