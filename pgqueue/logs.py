@@ -20,10 +20,13 @@ LEVELS = {
 }
 
 
-def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
+def configure_logging(
+    level: str = "info", fmt: str = "auto", stream: TextIO | None = None, *, cache: bool = True
+) -> None:
     """Send pgqueue's (and psycopg's) logs to ``stream`` (stderr) at ``level``,
     rendered for humans (``console``) or machines (``json``); ``auto`` picks
-    console on a TTY."""
+    console on a TTY. ``cache``: loggers keep this configuration for good
+    (faster; for a process that is only a worker)."""
     out = stream or sys.stderr
     if level.lower() not in LEVELS:
         raise InvalidOption(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
@@ -46,7 +49,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
         logger_factory=structlog.PrintLoggerFactory(out),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
     # Libraries that log through the standard library (psycopg_pool) go to the same stream.
     logging.basicConfig(

@@ -124,8 +124,14 @@ async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Eve
 async def _run(worker: Worker, stop: asyncio.Event | None) -> None:
     settings = worker.settings
     # Respect an application's own structlog setup unless asked to override it.
-    if settings.log_level or settings.log_format or not structlog.is_configured():
-        configure_logging(settings.log_level or "info", settings.log_format or "auto")
+    # Asked explicitly (pgqueue worker, log_level=...), the loggers are cached
+    # for good; a worker that only filled in a default leaves the host
+    # process free to configure structlog later (tests capturing logs, say).
+    explicit = bool(settings.log_level or settings.log_format)
+    if explicit or not structlog.is_configured():
+        configure_logging(
+            settings.log_level or "info", settings.log_format or "auto", cache=explicit
+        )
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if (
