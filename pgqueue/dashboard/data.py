@@ -409,7 +409,7 @@ def dead_group_batch_op(
 
 def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
     """Cancel live jobs by id: (id, previous status, current status) each."""
-    rows = yield Execute("dashboard_cancel_many", {"job_ids": list(job_ids)})
+    rows = yield Execute("job_cancel", {"job_ids": list(job_ids)})
     return [(r[0], r[1], r[2]) for r in rows]
 
 

@@ -134,29 +134,6 @@ WHERE j.stage = 'dead' AND j.task = %(task)s::text
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s;
 
--- name: dashboard_cancel_many
--- Cancel live jobs by id: queued/scheduled ones end cancelled now, running
--- ones are asked to stop (their worker is told). Finished ones are left alone.
-WITH target AS (
-    SELECT id, status FROM {schema}.jobs
-    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled')
-    ORDER BY id
-    FOR UPDATE
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
-        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
-        cancel_requested = true
-    FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish
-), notified AS (
-    SELECT count(pg_notify({channel},
-               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
-    FROM updated u WHERE u.status = 'running' OR u.notify_finish
-)
-SELECT u.id, t.status::text AS previous, u.status::text AS current
-FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
-
 -- name: dashboard_change_mark
 -- A cheap fingerprint of what changed: the newest job id and the newest
 -- finish of each outcome (one index probe each), for the live updates.
