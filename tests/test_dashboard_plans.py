@@ -40,7 +40,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"jobs_finished_idx"},
     ),
-    ("dashboard_throughput", {"per_minute": 250}, {"jobs_finished_idx"}),
+    ("dashboard_throughput", {"per_minute": 250, "hour_cap": 10_000}, {"jobs_finished_idx"}),
     (
         "dashboard_job_list",
         {

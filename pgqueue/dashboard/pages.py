@@ -34,27 +34,31 @@ from pgqueue.jsonable import to_jsonable
 
 async def overview(dash: Dashboard, request: Request) -> Response:
     """``/``: per-queue counts and the last hour's throughput."""
-    queues, points = await asyncio.gather(dash.data.queues(), dash.data.throughput())
+    queues, throughput = await asyncio.gather(dash.data.queues(), dash.data.throughput())
     if dash.wants_json(request):
         return JSONResponse(
             {
                 "queues": [q.as_json() for q in queues],
                 "throughput": [
                     {
-                        "minute": datetime.fromtimestamp(m, UTC).isoformat(),
-                        "succeeded": s,
-                        "dead": f,
-                        "estimated": e,
+                        "minute": datetime.fromtimestamp(m.minute, UTC).isoformat(),
+                        "succeeded": m.succeeded,
+                        "dead": m.dead,
+                        "estimated": m.estimated,
                     }
-                    for m, s, f, e in points
+                    for m in throughput.minutes
                 ],
+                "totals": {
+                    "succeeded": throughput.succeeded.as_json(),
+                    "dead": throughput.dead.as_json(),
+                },
             }
         )
     return dash.render(
         request,
         "overview.html",
         queues=queues,
-        chart=chart(points),
+        chart=chart(throughput),
         cap=COUNT_CAP,
         per_minute=THROUGHPUT_PER_MINUTE,
     )

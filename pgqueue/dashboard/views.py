@@ -17,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pgqueue.explain import fmt_span
 
 if TYPE_CHECKING:
-    from pgqueue.dashboard.data import JobFilter
+    from pgqueue.dashboard.data import JobFilter, Throughput
     from pgqueue.models import Job
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -84,16 +84,19 @@ def environment() -> Environment:
     return env
 
 
-def chart(points: list[tuple[int, int, int, bool]]) -> dict[str, Any]:
+def chart(throughput: Throughput) -> dict[str, Any]:
     """Bars of an inline SVG: one per minute, succeeded stacked under dead;
-    estimated minutes (busier than the per-minute count) are marked."""
-    peak = max((s + f for _, s, f, _ in points), default=0) or 1
+    estimated minutes (more finished jobs than the per-minute count reads)
+    are marked ``≈``."""
+    points = throughput.minutes
+    peak = max((p.succeeded + p.dead for p in points), default=0) or 1
     width, height, bar = 600, 120, 10
     bars = []
-    for i, (minute, ok, failed, estimated) in enumerate(points):
-        h_ok = round(height * ok / peak)
-        h_dead = round(height * failed / peak)
-        approx = "≈" if estimated else ""
+    for i, p in enumerate(points):
+        h_ok = round(height * p.succeeded / peak)
+        h_dead = round(height * p.dead / peak)
+        ok = ("≈" if p.succeeded_estimated else "") + str(p.succeeded)
+        dead = ("≈" if p.dead_estimated else "") + str(p.dead)
         bars.append(
             {
                 "x": i * bar,
@@ -101,8 +104,8 @@ def chart(points: list[tuple[int, int, int, bool]]) -> dict[str, Any]:
                 "ok_h": h_ok,
                 "dead_y": height - h_ok - h_dead,
                 "dead_h": h_dead,
-                "label": f"{datetime.fromtimestamp(minute, UTC):%H:%M}: "
-                f"{approx}{ok} succeeded, {approx}{failed} dead",
+                "label": f"{datetime.fromtimestamp(p.minute, UTC):%H:%M}: "
+                f"{ok} succeeded, {dead} dead",
             }
         )
     return {
@@ -111,9 +114,11 @@ def chart(points: list[tuple[int, int, int, bool]]) -> dict[str, Any]:
         "height": height,
         "bar": bar - 2,
         "peak": peak,
-        "estimated": any(e for *_, e in points),
-        "total_ok": sum(s for _, s, _, _ in points),
-        "total_dead": sum(f for _, _, f, _ in points),
+        "estimated": any(p.estimated for p in points),
+        "totals_estimated": throughput.succeeded.estimated or throughput.dead.estimated,
+        "succeeded": throughput.succeeded,
+        "dead": throughput.dead,
+        "hour_cap": throughput.hour_cap,
     }
 
 
