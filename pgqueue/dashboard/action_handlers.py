@@ -103,26 +103,24 @@ async def requeue_group(dash: Dashboard, request: Request, form: FormData) -> Ou
 
 
 async def queue_pause(dash: Dashboard, request: Request, form: FormData) -> Outcome:
-    name = request.path_params["queue"]
-    await dash.app.pause_queue_async(name)
-    return {
-        "target": f"queue {name}",
-        "count": 1,
-        "queue": name,
-        "paused": True,
-        "message": f"queue {name} paused",
-    }
+    return await _set_paused(dash, request.path_params["queue"], True)
 
 
 async def queue_resume(dash: Dashboard, request: Request, form: FormData) -> Outcome:
-    name = request.path_params["queue"]
-    await dash.app.resume_queue_async(name)
+    return await _set_paused(dash, request.path_params["queue"], False)
+
+
+async def _set_paused(dash: Dashboard, name: str, paused: bool) -> Outcome:
+    if paused:
+        await dash.app.pause_queue_async(name)
+    else:
+        await dash.app.resume_queue_async(name)
     return {
         "target": f"queue {name}",
         "count": 1,
         "queue": name,
-        "paused": False,
-        "message": f"queue {name} resumed",
+        "paused": paused,
+        "message": f"queue {name} {'paused' if paused else 'resumed'}",
     }
 
 

@@ -68,29 +68,27 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
     """Every URL of the dashboard (stable: bookmarks and scripts use them)."""
     p, a = dash.page, dash.action
     post = ["POST"]
+    # Each page, and its JSON twin under /api/ (the overview's is /api/overview).
+    read: list[BaseRoute] = []
+    for path, api, handler in (
+        ("/", "/overview", pages.overview),
+        ("/jobs", "/jobs", pages.jobs),
+        ("/jobs/{job_id:int}", "/jobs/{job_id:int}", pages.job),
+        ("/dead", "/dead", pages.dead),
+        ("/queues", "/queues", pages.queues),
+        ("/schedules", "/schedules", pages.schedules),
+        ("/workers", "/workers", pages.workers),
+        ("/tasks", "/tasks", pages.tasks),
+    ):
+        read += [Route(path, p(handler)), Route("/api" + api, p(handler))]
     return [
-        Route("/", p(pages.overview)),
-        Route("/jobs", p(pages.jobs)),
-        Route("/jobs/{job_id:int}", p(pages.job)),
-        Route("/dead", p(pages.dead)),
-        Route("/queues", p(pages.queues)),
-        Route("/schedules", p(pages.schedules)),
-        Route("/workers", p(pages.workers)),
-        Route("/tasks", p(pages.tasks)),
+        *read,
         Route("/metrics", p(pages.metrics)),
         Route("/events", p(pages.events)),
         Route("/healthz", dash.public(pages.healthz)),
         Route("/login", dash.public(login.login_form), methods=["GET"]),
         Route("/login", dash.public(login.login), methods=post),
         Route("/logout", dash.public(login.logout), methods=post),
-        Route("/api/overview", p(pages.overview)),
-        Route("/api/jobs", p(pages.jobs)),
-        Route("/api/jobs/{job_id:int}", p(pages.job)),
-        Route("/api/dead", p(pages.dead)),
-        Route("/api/queues", p(pages.queues)),
-        Route("/api/schedules", p(pages.schedules)),
-        Route("/api/workers", p(pages.workers)),
-        Route("/api/tasks", p(pages.tasks)),
         Route("/actions/jobs/{job_id:int}/cancel", a("cancel", do.job_cancel), methods=post),
         Route("/actions/jobs/{job_id:int}/replay", a("replay", do.job_replay), methods=post),
         Route("/actions/jobs/{job_id:int}/requeue", a("requeue", do.job_requeue), methods=post),
