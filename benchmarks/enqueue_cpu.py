@@ -1,4 +1,4 @@
-"""Server CPU and WAL of one enqueue call, pgqueue revision beside revision (issue #19).
+"""Server CPU and WAL of one enqueue call, pgqueue revision beside revision.
 
 ``python -m benchmarks.enqueue_cpu --revisions 0015,head`` creates a throwaway
 database ``enqcpu_<pid>`` (dropped at the end), installs pgqueue at each given

@@ -1,6 +1,6 @@
 """``python -m benchmarks.lease_cost``: what one lease costs beside what a queue holds.
 
-A producer must not be able to slow every worker down (issue #20, item 7).
+A producer must not be able to slow every worker down .
 Each scenario gets its own database on the server at ``--dsn`` (dropped
 afterwards) and times ``lease_jobs`` of one job, median of ``--reps`` calls
 (each leased job is handed back, so every call sees the same table):

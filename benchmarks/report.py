@@ -211,7 +211,7 @@ def render(summary: dict[str, Any], notes: list[str]) -> None:
     if target_rows:
         blocks.append(
             (
-                "pgqueue against issue 7's targets (ratios of medians, this run)",
+                "pgqueue against its targets (ratios of medians, this run)",
                 ["target", "measured", "verdict"],
                 target_rows,
             )
@@ -256,7 +256,7 @@ def _render_plain(blocks: list[tuple[str, list[str], list[list[str]]]], notes: l
             print(f"  - {n}")
 
 
-# Issue 7's targets for pgqueue, as ratios measured inside one run.
+# pgqueue's performance targets, as ratios measured inside one run.
 # (label, workload, metric, compare-to "system[:metric]" or None, threshold, "ge" | "le")
 TARGETS: list[tuple[str, str, str, str | None, float, str]] = [
     ("drain 1 process >= 0.5x floor", "drain-20k-1p", "rate", "floor", 0.5, "ge"),

@@ -1,4 +1,4 @@
-"""Where pgqueue's server time goes, statement by statement (issue #19).
+"""Where pgqueue's server time goes, statement by statement.
 
 ``python -m benchmarks.statements`` starts a throwaway PostgreSQL cluster with
 ``pg_stat_statements`` preloaded (``track = all``, so the statements run

@@ -133,7 +133,6 @@ QueryName = Literal[
     "dashboard_search_floor",
     "dashboard_dead_groups",
     "dashboard_dead_group_ids",
-    "dashboard_cancel_many",
     "dashboard_change_mark",
     "dashboard_queue_names",
     "dashboard_job_list_finished",

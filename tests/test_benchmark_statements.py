@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m benchmarks.statements`` (issue #19's per-statement
+"""Smoke test of ``python -m benchmarks.statements`` (the per-statement
 breakdown): it starts its own throwaway cluster, so it needs the PostgreSQL
 server binaries (``pg_config --bindir``) and, as root, the ``postgres`` user."""
 

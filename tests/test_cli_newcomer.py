@@ -1,4 +1,4 @@
-"""What a newcomer trips over (issue #13): durations without units, silent
+"""What a newcomer trips over: durations without units, silent
 check --quiet, wrapped pipes, vague migrate output, --app paths, and the
 worker's global options."""
 

@@ -1,4 +1,4 @@
-"""Operator conveniences of issue #13: unknown queues, queue delete/purge,
+"""Operator conveniences: unknown queues, queue delete/purge,
 cancelling several jobs or by filter, uninstall, replay's return value and
 positional arguments in Task.enqueue."""
 

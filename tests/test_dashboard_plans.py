@@ -40,7 +40,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         },
         {"jobs_finished_idx"},
     ),
-    ("dashboard_throughput", {"per_minute": 250}, {"jobs_finished_idx"}),
+    ("dashboard_throughput", {"per_minute": 250, "hour_cap": 10_000}, {"jobs_finished_idx"}),
     (
         "dashboard_job_list",
         {
@@ -81,7 +81,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     # ... then over the narrow window that task_stats_window found.
     ("task_stats", {"since": NOW + timedelta(hours=1), "task": None}, {"jobs_finished_idx"}),
     ("dashboard_change_mark", {}, set()),
-    ("dashboard_cancel_many", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
+    ("job_cancel", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
 ]
 
 

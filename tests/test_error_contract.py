@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
@@ -62,20 +61,15 @@ def test_a_statement_timeout_is_a_transient_query_failure_async(
 
 def test_a_read_only_session_is_transient_and_dropped_from_the_pool(db_dsn: str) -> None:
     with pgqueue.App(db_dsn, pool_min_size=1, pool_max_size=1) as app:
-        with psycopg.connect(db_dsn, autocommit=True) as admin:
-            name = sql.Identifier(admin.info.dbname)
-            admin.execute(
-                sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(name)
-            )
-            try:
-                with pytest.raises(QueryFailed) as caught:
-                    app.enqueue("t", {})  # the pool's first session is read-only
-            finally:
-                admin.execute(
-                    sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = off").format(
-                        name
-                    )
-                )
+        # The pool's one session turns read-only, as a session to a server
+        # that became a standby does; sessions opened later are writable.
+        # (ALTER DATABASE ... SET default_transaction_read_only raced the
+        # pool: a session it reopened before the setting was reset stayed
+        # read-only, and the last enqueue failed.)
+        with app.database.sync_pool().connection() as conn:
+            conn.execute("SET SESSION default_transaction_read_only = on")
+        with pytest.raises(QueryFailed) as caught:
+            app.enqueue("t", {})
         assert (caught.value.sqlstate, caught.value.transient) == ("25006", True)
         # As after a failover: the read-only session must not be handed out again.
         assert app.enqueue("t", {}).job_id > 0

@@ -1,4 +1,4 @@
-"""Bad input to the queue controls (issue 6; DESIGN "Bad input"): a clear
+"""Bad input to the queue controls (README "Bad input"): a clear
 ``pgqueue.InvalidInput`` (``InvalidOption`` for limits) naming the problem,
 and nothing written, whether the queue is new or already has limits."""
 

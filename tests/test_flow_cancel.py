@@ -1,4 +1,4 @@
-"""Cancelling jobs (issue 6, item 4) with real worker processes: a running
+"""Cancelling jobs with real worker processes: a running
 async task is cancelled and a running sync task sees ``should_stop()``, both
 end ``cancelled`` with the attempt recorded and are never retried; a queued
 job is cancelled at once; a finished one cannot be.

@@ -1,4 +1,4 @@
-"""Global concurrency limits (issue 6, item 2) with real worker processes:
+"""Global concurrency limits with real worker processes:
 at most N jobs of a queue run at once across all workers, and a slot frees as
 soon as a job ends or its lease expires.
 
@@ -149,7 +149,7 @@ def test_a_slot_frees_as_soon_as_a_job_ends(
 
     With long polls, only a wake-up on the job's end (a notification, or the
     worker that finished it leasing again) can start the next job promptly;
-    polling is DESIGN's fallback for lost notifications, not the way work
+    polling is only the fallback for lost notifications, not the way work
     moves on.
     """
     spawn_flow_workers(workers, 3, "--concurrency", "5", "--poll-interval", poll)

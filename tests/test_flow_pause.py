@@ -1,4 +1,4 @@
-"""Pausing and resuming queues (issue 6, items 1 and 5) with real worker
+"""Pausing and resuming queues with real worker
 processes: a paused queue leases nothing on any worker, enqueue still works,
 running jobs finish; resume restarts every worker at once.
 

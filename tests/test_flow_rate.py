@@ -1,4 +1,4 @@
-"""Rate limits (issue 6, item 3) with real worker processes: no more than N
+"""Rate limits with real worker processes: no more than N
 leases start in any window of the limit's period, across all workers.
 
 The lease start times are read back from the database (each attempt's

@@ -12,7 +12,7 @@ import pytest
 
 import pgqueue
 from pgqueue.health import HealthCheck, HealthReport
-from pgqueue.ops.health import _clock_check, check
+from pgqueue.ops.health import ServerClock, _clock_check, check
 from pgqueue.ops.maintenance import VACUUM_TABLES
 from pgqueue.queries import queries_for
 from tests.fixtures.factory import JobFactory
@@ -125,10 +125,10 @@ def test_bad_thresholds_are_input_errors(app: pgqueue.App) -> None:
 
 
 def test_clock_skew_forgives_half_the_round_trip() -> None:
-    assert _clock_check(6.0, 2.5, 5.0).ok  # 6s +- 1.25s may be under 5s
-    assert not _clock_check(6.0, 1.0, 5.0).ok
-    assert not _clock_check(-7.0, 0.1, 5.0).ok
-    assert "behind" in _clock_check(-7.0, 0.1, 5.0).message
+    assert _clock_check(ServerClock("15", 6.0, 2.5), 5.0).ok  # 6s +- 1.25s may be under 5s
+    assert not _clock_check(ServerClock("15", 6.0, 1.0), 5.0).ok
+    assert not _clock_check(ServerClock("15", -7.0, 0.1), 5.0).ok
+    assert "behind" in _clock_check(ServerClock("15", -7.0, 0.1), 5.0).message
 
 
 def test_clock_skew_is_measured_against_the_midpoint_of_the_round_trip() -> None:

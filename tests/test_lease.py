@@ -23,7 +23,7 @@ def leased_ids(jobs: list[pgqueue.LeasedJob]) -> list[int]:
 
 @pytest.fixture
 def ordered_jobs(app: pgqueue.App) -> dict[str, int]:
-    """Five ready jobs whose DESIGN order is C, D, B, A, E."""
+    """Five ready jobs whose lease order (priority desc, run_at, id) is C, D, B, A, E."""
     now = datetime.now(UTC)
     return {
         "A": app.enqueue("t", {"n": "A"}, priority=0, run_at=now - timedelta(seconds=50)).job_id,

@@ -2,7 +2,7 @@
 random sequences of enqueue (dedup and serial keys, delays, batches), lease,
 ack, fail, nack, extend, cancel, requeue_dead, replay, reap and clock jumps,
 and after every step compares the database with a small Python model of
-DESIGN.md's rules.
+the queue's documented rules (README: leases, retries, dedup and serial keys).
 
 Time. The App's ``clock`` is frozen for each step at "the database clock
 plus 50 s plus the jumps so far", and only moves forward, so every statement
@@ -412,7 +412,7 @@ class QueueMachine(RuleBasedStateMachine):
             lease_seconds=lease_seconds,
         )
         self.note(f"lease of {min(len(got), 2)}{'+' if len(got) > 1 else ''} jobs")
-        # Queues are visited in random order; inside each, DESIGN order.
+        # Queues are visited in random order; inside each, priority desc, run_at, id.
         assert len(got) == min(limit, sum(len(r) for r in ready.values())), (got, ready)
         for q, candidates in ready.items():
             taken = [g.job_id for g in got if g.queue == q]
@@ -673,7 +673,7 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def database_matches_the_model(self) -> None:
         """After every step: every job as the model has it, the histories of
-        the jobs the step touched, the DESIGN rules that must hold in the
+        the jobs the step touched, the rules that must hold in the
         database whatever the model says, and the metrics."""
         stored = {job.id: job for job in self.stored_jobs()}
         assert sorted(stored) == sorted(self.model), "jobs appeared or vanished"

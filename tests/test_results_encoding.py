@@ -1,4 +1,4 @@
-"""Return values that are not plain JSON (issue #13 item 3): common types are
+"""Return values that are not plain JSON: common types are
 stored with a documented encoding; anything else is reported on the job, in
 the worker's log and by ``result()``, never silently turned into None."""
 

@@ -1,4 +1,4 @@
-"""Issue #20: attacks by a hostile producer, worker or bystander, with the
+"""Attacks by a hostile producer, worker or bystander, with the
 roles ``pgqueue grant`` creates (connected as them) and a role with no grant.
 
 Each test reproduces one attack of the security review and shows that it is

@@ -1,4 +1,4 @@
-"""Issue #20 item 9: what the roles of one schema share, and the separation
+"""What the roles of one schema share, and the separation
 offered where users need it — with real roles made by ``pgqueue grant``.
 
 * ``replay`` copies any job (payload included): an admin action, refused to
@@ -347,7 +347,7 @@ def test_a_far_future_job_holds_its_key_only_for_the_window(
     db_dsn: str, producer: Role, made_roles: Roles, admin: Role
 ) -> None:
     """A live job holds its (queue, dedup_key) for plain enqueues whatever its
-    run_at; ``dedup_window`` bounds the squat (DESIGN: at most one job per key
+    run_at; ``dedup_window`` bounds the squat (the rule: at most one job per key
     *created within the window*, finished or not): once the squatting job's
     creation is outside the window, a windowed enqueue takes the key from it.
     ``debounce`` takes the squatting job over (the victim's payload, due now)

@@ -241,6 +241,25 @@ def test_finished_by_cancel_and_dead_letter(
     ]
 
 
+def test_every_cancel_path_sends_finished(
+    app: pgqueue.App, events: EventStream, db_dsn: str
+) -> None:
+    from pgqueue.dashboard import actions
+
+    one, many, selected = (app.enqueue("t", queue="cxl").job_id for _ in range(3))
+    for job in (one, many, selected):
+        with pytest.raises(pgqueue.ResultTimeout):
+            app.result(job, timeout=0.01)  # someone waits: its finish is announced
+    until_fence(events, db_dsn)
+    app.cancel(one)
+    app.cancel_many([many])  # the CLI's bulk cancel
+    asyncio.run(actions.act_on_ids(app, "cancel", [selected]))  # the dashboard's selection
+    cancelled = pgqueue.JobStatus.CANCELLED
+    assert until_fence(events, db_dsn) == [
+        pgqueue.JobEvent("finished", "cxl", job, cancelled) for job in (one, many, selected)
+    ]
+
+
 def test_worker_only_hints_are_not_events(
     app: pgqueue.App, events: EventStream, db_dsn: str
 ) -> None:

@@ -1,4 +1,4 @@
-"""pgqueue, driven only through its public API (DESIGN.md).
+"""pgqueue, driven only through its public API (README).
 
 Skipped cleanly while ``import pgqueue`` fails or the package has no ``App``
 (an empty ``pgqueue/`` directory imports as a namespace package).

@@ -6,14 +6,12 @@ stderr, so that ``pgqueue ... --json | jq`` and cron mails stay clean.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -30,6 +28,7 @@ from rich.progress import (
 from rich.table import Table
 
 from pgqueue.explain import fmt_span
+from pgqueue.jsonable import to_jsonable as to_jsonable  # re-exported: the commands use it
 
 
 def stdout() -> Console:
@@ -50,38 +49,6 @@ def stderr() -> Console:
 
 
 # --- JSON --------------------------------------------------------------------
-
-
-def _is_default(f: dataclasses.Field[Any], value: Any) -> bool:
-    current = getattr(value, f.name)
-    if f.default_factory is not dataclasses.MISSING:
-        return bool(current == f.default_factory())
-    return bool(current == f.default)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Plain JSON values from pgqueue's types: dataclasses and named tuples
-    become objects with their field names, times ISO-8601 text, durations
-    seconds, enums their value."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_jsonable(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if not (f.metadata.get("json") == "omit_default" and _is_default(f, value))
-        }
-    if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: to_jsonable(v) for k, v in value._asdict().items()}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_jsonable(v) for v in value]
-    return value
 
 
 def print_json(value: Any, *, compact: bool = False) -> None:

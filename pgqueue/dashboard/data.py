@@ -18,7 +18,7 @@ import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, cast
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
@@ -225,27 +225,96 @@ def queues_op(finished: bool = True) -> Op[list[QueueRow]]:
 
 
 THROUGHPUT_PER_MINUTE = 100
-"""Finished jobs per minute and outcome the throughput chart counts; a busier
-minute is estimated from the rate of the first ones."""
+"""Finished jobs per minute and outcome the throughput chart counts exactly;
+a busier minute is estimated from the rate of its first ones."""
+THROUGHPUT_HOUR_CAP = COUNT_CAP
+"""Finished jobs per outcome the hour's totals count exactly; past it the
+total is an estimate (the sum of the minutes), never below the cap."""
+
+
+class MinuteCount(NamedTuple):
+    """Jobs finished in one minute; an outcome that reached
+    :data:`THROUGHPUT_PER_MINUTE` is estimated (at least that many)."""
+
+    minute: int  # epoch seconds of its start
+    succeeded: int
+    dead: int
+    succeeded_estimated: bool = False
+    dead_estimated: bool = False
+
+    @property
+    def estimated(self) -> bool:
+        return self.succeeded_estimated or self.dead_estimated
+
+
+@dataclass(frozen=True, slots=True)
+class HourTotal:
+    """Jobs of one outcome finished in the last hour: ``value`` is exact
+    unless ``estimated``; ``at_least`` is always an exact lower bound."""
+
+    value: int
+    at_least: int
+    estimated: bool = False
+
+    def __str__(self) -> str:
+        if not self.estimated:
+            return f"{self.value:,}"
+        return f"≈{self.value:,} (at least {self.at_least:,})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"value": self.value, "at_least": self.at_least, "estimated": self.estimated}
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """The overview's chart (one entry per minute, oldest first) and totals."""
+
+    minutes: list[MinuteCount]
+    succeeded: HourTotal
+    dead: HourTotal
+    hour_cap: int  # the totals are exact below it
 
 
 def _per_minute(seen: int, span: float | None, seconds: float) -> tuple[int, bool]:
     if seen < THROUGHPUT_PER_MINUTE:
         return seen, False
-    # The first THROUGHPUT_PER_MINUTE jobs of the minute took ``span`` seconds.
+    # The first THROUGHPUT_PER_MINUTE jobs of the minute took ``span`` seconds
+    # from its start: a rough rate (bursts make it wrong either way), never
+    # below what was seen.
     return max(seen, round(seen * seconds / max(span or 0.0, 0.001))), True
 
 
-def throughput_op() -> Op[list[tuple[int, int, int, bool]]]:
-    """(minute epoch, succeeded, dead, estimated) for each of the last 60
-    minutes (the current one so far)."""
-    rows = yield Execute("dashboard_throughput", {"per_minute": THROUGHPUT_PER_MINUTE}, rows="dict")
-    out = []
+def _hour_total(counted: int, minutes: list[tuple[int, bool]]) -> HourTotal:
+    """Exact when the hour's own count stayed below its cap (even if some
+    minutes were estimated); else the sum of the minutes, at least the cap."""
+    if counted < THROUGHPUT_HOUR_CAP:
+        return HourTotal(counted, counted)
+    seen = sum(min(n, THROUGHPUT_PER_MINUTE) if est else n for n, est in minutes)
+    at_least = max(counted, seen)
+    return HourTotal(max(at_least, sum(n for n, _ in minutes)), at_least, estimated=True)
+
+
+def throughput_op() -> Op[Throughput]:
+    """Each of the last 60 minutes (the current one so far) and the hour's totals."""
+    rows = yield Execute(
+        "dashboard_throughput",
+        {"per_minute": THROUGHPUT_PER_MINUTE, "hour_cap": THROUGHPUT_HOUR_CAP},
+        rows="dict",
+    )
+    minutes = []
     for r in rows:
         ok, ok_est = _per_minute(r["succeeded_seen"], r["succeeded_span"], r["seconds"])
         dead, dead_est = _per_minute(r["dead_seen"], r["dead_span"], r["seconds"])
-        out.append((int(r["minute"]), ok, dead, ok_est or dead_est))
-    return out
+        minutes.append(MinuteCount(int(r["minute"]), ok, dead, ok_est, dead_est))
+    first = rows[0] if rows else {"hour_succeeded": 0, "hour_dead": 0}
+    succeeded = [(m.succeeded, m.succeeded_estimated) for m in minutes]
+    dead_minutes = [(m.dead, m.dead_estimated) for m in minutes]
+    return Throughput(
+        minutes,
+        _hour_total(first["hour_succeeded"], succeeded),
+        _hour_total(first["hour_dead"], dead_minutes),
+        THROUGHPUT_HOUR_CAP,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +478,7 @@ def dead_group_batch_op(
 
 def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
     """Cancel live jobs by id: (id, previous status, current status) each."""
-    rows = yield Execute("dashboard_cancel_many", {"job_ids": list(job_ids)})
+    rows = yield Execute("job_cancel", {"job_ids": list(job_ids)})
     return [(r[0], r[1], r[2]) for r in rows]
 
 
@@ -473,7 +542,7 @@ class Data:
         rows = await self._shared("queue_names", lambda: _rows_op("dashboard_queue_names"))
         return [r[0] for r in rows]
 
-    async def throughput(self) -> list[tuple[int, int, int, bool]]:
+    async def throughput(self) -> Throughput:
         return await self._shared("throughput", throughput_op)
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import enum
 import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +48,7 @@ from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
 from pgqueue.http.schemas import ApiError
 from pgqueue.http.tokens import RANK, Tokens
+from pgqueue.jsonable import to_jsonable
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -83,24 +81,6 @@ def enqueue_options(job: dict[str, Any], extras: frozenset[str]) -> dict[str, An
     }  # fmt: skip
     options.update({key: job[key] for key in extras if job[key]})
     return options
-
-
-def to_json(value: Any) -> Any:
-    """Plain JSON values: dataclasses and named tuples become objects, times
-    ISO 8601 text, enums their value."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: to_json(v) for k, v in value._asdict().items()}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_json(v) for v in value]
-    return value
 
 
 def _role_dsn(dsn: str, role: str) -> str:
@@ -332,7 +312,7 @@ def endpoint(api: Api, handler: Callable[[Api, Request], Awaitable[Any]]) -> Han
             return error_response(error)
         if isinstance(result, Response):
             return result
-        return JSONResponse(to_json(result))
+        return JSONResponse(to_jsonable(result))
 
     return run
 
@@ -372,7 +352,7 @@ async def get_job(api: Api, request: Request) -> dict[str, Any]:
         raise schemas.invalid("history", "must be true or false")
     await api.start()
     job = await api.app_for(kind).get_job_async(job_id, history=history in ("true", "1"))
-    out: dict[str, Any] = to_json(job)
+    out: dict[str, Any] = to_jsonable(job)
     if job.attempt_history is None:
         out.pop("attempt_history", None)
     return out
@@ -410,7 +390,7 @@ async def metrics(api: Api, request: Request) -> dict[str, Any]:
     if found is None:
         found = await api.app.metrics_async(queue)
     counts = found.get(queue) or pgqueue.QueueMetrics(0, 0, 0, 0, 0, 0, None, False)
-    return {"queue": queue, **to_json(counts)}
+    return {"queue": queue, **to_jsonable(counts)}
 
 
 async def lease(api: Api, request: Request) -> dict[str, Any]:

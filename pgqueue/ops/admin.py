@@ -30,9 +30,9 @@ def cancel(job_id: int) -> Op[JobStatus]:
 
 
 def _cancel(job_id: int) -> Op[JobStatus]:
-    row = yield Execute("job_cancel", {"job_id": job_id}, fetch="one")
-    if row is not None:
-        return JobStatus(row[1])
+    rows = yield Execute("job_cancel", {"job_ids": [job_id]})
+    if rows:
+        return JobStatus(rows[0][2])
     current = yield Execute("job_status", {"job_id": job_id}, fetch="one")
     if current is None:
         raise JobNotFound(job_id)

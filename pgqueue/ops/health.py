@@ -1,9 +1,15 @@
 """The health checks: connection and clock, schema revision, stuck jobs, dead
-workers and queue backlog (see :mod:`pgqueue.health` for the report)."""
+workers and queue backlog (see :mod:`pgqueue.health` for the report).
+
+The facts behind them (:func:`server_clock`, :func:`schema_revision`,
+:func:`stuck_jobs`, :func:`silent_workers`, :func:`queue_backlog`) are
+operations of their own: ``pgqueue doctor`` (:mod:`pgqueue.telemetry.doctor`)
+reads the same facts through them and words its own findings."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +29,92 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerClock:
+    """The server's version and how far its clock is from this machine's."""
+
+    server_version: str
+    skew_seconds: float
+    round_trip_seconds: float
+
+    def skew_over(self, limit: float) -> bool:
+        """Whether the skew exceeds ``limit`` beyond the measurement error."""
+        # The server read its clock somewhere inside the round trip: half of
+        # it is forgiven as measurement error.
+        return abs(self.skew_seconds) - self.round_trip_seconds / 2 > limit
+
+    def describe(self) -> str:
+        side = "ahead of" if self.skew_seconds > 0 else "behind"
+        return f"the server clock is {abs(self.skew_seconds):.3f}s {side} this machine's"
+
+
+@dataclass(frozen=True, slots=True)
+class StuckJobs:
+    """Running jobs past their lease: the exact count, up to ``STUCK_SAMPLE`` ids."""
+
+    count: int
+    job_ids: list[int]
+    oldest_expired_seconds: float | None
+
+    @property
+    def ids_text(self) -> str:
+        return ", ".join(str(i) for i in self.job_ids) + (
+            ", ..." if self.count > STUCK_SAMPLE else ""
+        )
+
+
+# --- the facts: one statement each, shared by check() and the doctor ----------
+
+
+def server_clock(wall_clock: WallClock = _utc_now) -> Op[ServerClock]:
+    """Connect-level facts: server version and clock skew."""
+    sent = wall_clock()
+    server = yield Execute("health_server", fetch="one", rows="dict")
+    received = wall_clock()
+    # Compare the server's clock with the midpoint of the round trip.
+    skew = (server["server_now"] - (sent + (received - sent) / 2)).total_seconds()
+    return ServerClock(server["server_version"], skew, (received - sent).total_seconds())
+
+
+def schema_revision() -> Op[str | None]:
+    """The schema's migration revision; None when it is not migrated."""
+    try:
+        row = yield Execute("health_schema_revision", fetch="one")
+    except SchemaNotMigrated:
+        return None
+    return None if row is None else str(row[0])
+
+
+def stuck_jobs(now: datetime | None) -> Op[StuckJobs]:
+    """Running jobs whose lease expired (``now``: None for the server's clock)."""
+    row = yield Execute(
+        "health_stuck_jobs", {"now": now, "sample": STUCK_SAMPLE}, fetch="one", rows="dict"
+    )
+    return StuckJobs(row["stuck"], list(row["job_ids"]), row["oldest_expired_seconds"])
+
+
+def silent_workers(
+    now: datetime | None, seconds: float, *, holding_jobs: bool
+) -> Op[list[DeadWorker]]:
+    """Registered workers without a heartbeat for over ``seconds`` (only
+    those still holding running jobs, with ``holding_jobs``)."""
+    rows = yield Execute(
+        "health_dead_workers",
+        {"now": now, "seconds": seconds, "holding_jobs": holding_jobs},
+        rows="dict",
+    )
+    return [DeadWorker(**row) for row in rows]
+
+
+def queue_backlog(now: datetime | None, seconds: float) -> Op[dict[str, float]]:
+    """Queues whose oldest ready job waits over ``seconds``: its age by queue."""
+    rows = yield Execute("health_queue_backlog", {"now": now, "seconds": seconds}, rows="dict")
+    return {r["queue"]: r["oldest_ready_age_seconds"] for r in rows}
+
+
+# --- check(): the quick probe ---------------------------------------------------
+
+
 def check(
     ctx: OpContext, settings: HealthSettings, wall_clock: WallClock = _utc_now
 ) -> Op[HealthReport]:
@@ -31,28 +123,22 @@ def check(
 
 
 def _check(ctx: OpContext, settings: HealthSettings, wall_clock: WallClock) -> Op[HealthReport]:
-    sent = wall_clock()
-    server = yield Execute("health_server", fetch="one", rows="dict")
-    received = wall_clock()
-    round_trip = (received - sent).total_seconds()
-    # The server read its clock somewhere inside the round trip: compare it with
-    # the midpoint, and forgive half the round trip as measurement error.
-    skew = (server["server_now"] - (sent + (received - sent) / 2)).total_seconds()
+    clock = yield from server_clock(wall_clock)
     checks = [
         HealthCheck(
             "connection",
             True,
-            f"connected to PostgreSQL {server['server_version']} "
-            f"(round trip {round_trip * 1000:.0f}ms)",
+            f"connected to PostgreSQL {clock.server_version} "
+            f"(round trip {clock.round_trip_seconds * 1000:.0f}ms)",
         ),
-        _clock_check(skew, round_trip, settings.max_clock_skew),
+        _clock_check(clock, settings.max_clock_skew),
     ]
     facts: dict[str, Any] = {
-        "server_version": server["server_version"],
-        "clock_skew_seconds": skew,
+        "server_version": clock.server_version,
+        "clock_skew_seconds": clock.skew_seconds,
     }
 
-    revision = yield from _revision()
+    revision = yield from schema_revision()
     facts["schema_revision"] = revision
     checks.append(_schema_check(ctx.schema, revision))
     if revision is None:
@@ -60,25 +146,17 @@ def _check(ctx: OpContext, settings: HealthSettings, wall_clock: WallClock) -> O
 
     now = ctx.clock()
     try:
-        stuck = yield Execute(
-            "health_stuck_jobs", {"now": now, "sample": STUCK_SAMPLE}, fetch="one", rows="dict"
-        )
-        facts["stuck_jobs"], facts["stuck_job_ids"] = stuck["stuck"], list(stuck["job_ids"])
+        stuck = yield from stuck_jobs(now)
+        facts["stuck_jobs"], facts["stuck_job_ids"] = stuck.count, stuck.job_ids
         checks.append(_stuck_check(stuck))
 
-        workers = yield Execute(
-            "health_dead_workers",
-            {"now": now, "seconds": settings.worker_timeout, "holding_jobs": True},
-            rows="dict",
-        )
-        facts["dead_workers"] = [DeadWorker(**row) for row in workers]
-        checks.append(_workers_check(facts["dead_workers"], settings.worker_timeout))
+        dead = yield from silent_workers(now, settings.worker_timeout, holding_jobs=True)
+        facts["dead_workers"] = dead
+        checks.append(_workers_check(dead, settings.worker_timeout))
 
-        backlog = yield Execute(
-            "health_queue_backlog", {"now": now, "seconds": settings.max_ready_age}, rows="dict"
-        )
-        facts["backlogged_queues"] = {r["queue"]: r["oldest_ready_age_seconds"] for r in backlog}
-        checks.append(_backlog_check(facts["backlogged_queues"], settings.max_ready_age))
+        backlog = yield from queue_backlog(now, settings.max_ready_age)
+        facts["backlogged_queues"] = backlog
+        checks.append(_backlog_check(backlog, settings.max_ready_age))
     except SchemaNotMigrated as exc:
         # An older or newer schema may lack what these queries read; the schema
         # check already failed and says what to run.
@@ -86,18 +164,9 @@ def _check(ctx: OpContext, settings: HealthSettings, wall_clock: WallClock) -> O
     return HealthReport(checks=checks, **facts)
 
 
-def _revision() -> Op[str | None]:
-    try:
-        row = yield Execute("health_schema_revision", fetch="one")
-    except SchemaNotMigrated:
-        return None
-    return None if row is None else str(row[0])
-
-
-def _clock_check(skew: float, round_trip: float, limit: float) -> HealthCheck:
-    side = "ahead of" if skew > 0 else "behind"
-    text = f"the server clock is {abs(skew):.3f}s {side} this machine's"
-    if abs(skew) - round_trip / 2 > limit:
+def _clock_check(clock: ServerClock, limit: float) -> HealthCheck:
+    text = clock.describe()
+    if clock.skew_over(limit):
         return HealthCheck(
             "clock_skew",
             False,
@@ -121,16 +190,15 @@ def _schema_check(schema: str, revision: str | None) -> HealthCheck:
     return HealthCheck("schema", True, f'schema "{schema}" is at revision {revision}')
 
 
-def _stuck_check(row: dict[str, Any]) -> HealthCheck:
-    count = row["stuck"]
+def _stuck_check(stuck: StuckJobs) -> HealthCheck:
+    count = stuck.count
     if not count:
         return HealthCheck("stuck_jobs", True, "no running job has an expired lease")
-    ids = ", ".join(str(i) for i in row["job_ids"]) + (", ..." if count > STUCK_SAMPLE else "")
     return HealthCheck(
         "stuck_jobs",
         False,
         f"{count} running job{'s' if count != 1 else ''} with an expired lease "
-        f"(oldest expired {fmt_span(row['oldest_expired_seconds'])} ago): {ids}; "
+        f"(oldest expired {fmt_span(stuck.oldest_expired_seconds or 0)} ago): {stuck.ids_text}; "
         "no worker reaps them: start a worker or run `pgqueue reap`",
     )
 

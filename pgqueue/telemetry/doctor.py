@@ -5,7 +5,10 @@ Each check returns one :class:`Finding` with a severity, the evidence
 ``check()`` stays the quick liveness probe; the doctor is what an on-call
 engineer runs when the queue is slow.
 
-The checks are one operation on a dedicated connection (:func:`diagnose`);
+The checks are one operation on a dedicated connection (:func:`diagnose`).
+The facts it shares with ``check()`` (server clock, schema revision, stuck
+jobs, silent workers, queue backlog) are read by the operations of
+:mod:`pgqueue.ops.health`; this module words them as findings.
 the pooler probe needs two client connections and runs in the shell
 (:func:`run` / :func:`run_async`).
 """
@@ -24,9 +27,8 @@ from pgqueue.database import migrate_command
 from pgqueue.durations import parse_duration
 from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
 from pgqueue.explain import fmt_span
-from pgqueue.ops import Execute, Op, OpContext
+from pgqueue.ops import Execute, Op, OpContext, health
 from pgqueue.ops import tasks as task_ops
-from pgqueue.ops.health import STUCK_SAMPLE
 from pgqueue.version import SCHEMA_REVISION
 
 if TYPE_CHECKING:
@@ -123,17 +125,14 @@ def diagnose(
     wall_clock: Callable[[], datetime] | None = None,
 ) -> Op[list[Finding]]:
     """Every check, in order; a check that cannot run says why."""
-    clock = wall_clock or (lambda: datetime.now(UTC))
     findings: list[Finding] = []
-    sent = clock()
-    server = yield Execute("health_server", fetch="one", rows="dict")
-    received = clock()
+    server = yield from health.server_clock(wall_clock or (lambda: datetime.now(UTC)))
     findings.append(
-        _finding("connection", "ok", f"connected to PostgreSQL {server['server_version']}")
+        _finding("connection", "ok", f"connected to PostgreSQL {server.server_version}")
     )
-    findings.append(_clock(server["server_now"], sent, received, settings))
+    findings.append(_clock(server, settings))
     findings.append(_pooler(probe, settings))
-    revision = yield from _revision()
+    revision = yield from health.schema_revision()
     findings.append(_schema(ctx.schema, revision))
     findings.append((yield from _transactions(settings)))
     findings.append((yield from _prepared(settings)))
@@ -145,8 +144,8 @@ def diagnose(
     try:
         findings.append((yield from _tables(ctx, settings)))
         findings.append((yield from _stale_workers(settings)))
-        findings.append((yield from _expired_leases(ctx)))
-        findings.append((yield from _backlog(ctx, settings)))
+        findings.append((yield from _expired_leases()))
+        findings.append((yield from _backlog(settings)))
         findings.append((yield from _unknown_tasks(settings)))
         findings.append((yield from _archive(ctx, settings)))
     except SchemaNotMigrated as exc:
@@ -160,14 +159,6 @@ def diagnose(
             )
         )
     return findings
-
-
-def _revision() -> Op[str | None]:
-    try:
-        row = yield Execute("health_schema_revision", fetch="one")
-    except SchemaNotMigrated:
-        return None
-    return None if row is None else str(row[0])
 
 
 def _schema(schema: str, revision: str | None) -> Finding:
@@ -198,12 +189,10 @@ def _schema(schema: str, revision: str | None) -> Finding:
     )
 
 
-def _clock(server_now: datetime, sent: datetime, received: datetime, s: DoctorSettings) -> Finding:
-    round_trip = (received - sent).total_seconds()
-    skew = (server_now - (sent + (received - sent) / 2)).total_seconds()
-    side = "ahead of" if skew > 0 else "behind"
-    summary = f"the server clock is {abs(skew):.3f}s {side} this machine's"
-    if abs(skew) - round_trip / 2 > s.max_clock_skew:
+def _clock(server: health.ServerClock, s: DoctorSettings) -> Finding:
+    skew = server.skew_seconds
+    summary = server.describe()
+    if server.skew_over(s.max_clock_skew):
         return _finding(
             "clock_skew",
             "warn",
@@ -450,12 +439,8 @@ def _tables(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
 
 
 def _stale_workers(s: DoctorSettings) -> Op[Finding]:
-    rows = yield Execute(
-        "health_dead_workers",
-        {"now": None, "seconds": s.worker_timeout, "holding_jobs": False},
-        rows="dict",
-    )
-    if not rows:
+    silent = yield from health.silent_workers(None, s.worker_timeout, holding_jobs=False)
+    if not silent:
         return _finding(
             "workers",
             "ok",
@@ -464,61 +449,54 @@ def _stale_workers(s: DoctorSettings) -> Op[Finding]:
     return _finding(
         "workers",
         "warn",
-        f"{len(rows)} worker{'s' if len(rows) != 1 else ''} without a heartbeat for over "
+        f"{len(silent)} worker{'s' if len(silent) != 1 else ''} without a heartbeat for over "
         f"{fmt_span(s.worker_timeout)}",
         "; ".join(
-            f"{r['id']} (host {r['host']}, pid {r['pid']}, silent "
-            f"{fmt_span(r['heartbeat_age_seconds'])})"
-            for r in rows
+            f"{w.id} (host {w.host}, pid {w.pid}, silent {fmt_span(w.heartbeat_age_seconds)})"
+            for w in silent
         )
         + ": stopped (SIGSTOP), hung, or killed; its jobs are reclaimed only when their "
         "leases expire",
         "on that host: `kill -CONT <pid>` if stopped, else restart it (`kill -TERM <pid>`); "
         "killed workers' rows disappear after an hour",
-        workers=rows,
+        workers=[asdict(w) for w in silent],
     )
 
 
-def _expired_leases(ctx: OpContext) -> Op[Finding]:
-    row = yield Execute(
-        "health_stuck_jobs", {"now": None, "sample": STUCK_SAMPLE}, fetch="one", rows="dict"
-    )
-    if not row["stuck"]:
+def _expired_leases() -> Op[Finding]:
+    stuck = yield from health.stuck_jobs(None)
+    if not stuck.count:
         return _finding("expired_leases", "ok", "no running job is past its lease")
-    ids = ", ".join(str(i) for i in row["job_ids"])
     return _finding(
         "expired_leases",
         "error",
-        f"{row['stuck']} running job{'s' if row['stuck'] != 1 else ''} past their lease "
-        f"(worst by {fmt_span(row['oldest_expired_seconds'])})",
-        f"jobs {ids}{', ...' if row['stuck'] > STUCK_SAMPLE else ''}: their worker died or "
+        f"{stuck.count} running job{'s' if stuck.count != 1 else ''} past their lease "
+        f"(worst by {fmt_span(stuck.oldest_expired_seconds or 0)})",
+        f"jobs {stuck.ids_text}: their worker died or "
         "froze and no worker's reaper has reclaimed them",
         "start a worker (its reaper reclaims them) or run `pgqueue reap`",
-        stuck=row["stuck"],
-        job_ids=list(row["job_ids"]),
+        stuck=stuck.count,
+        job_ids=stuck.job_ids,
     )
 
 
-def _backlog(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
-    rows = yield Execute(
-        "health_queue_backlog", {"now": None, "seconds": s.max_ready_age}, rows="dict"
-    )
-    if not rows:
+def _backlog(s: DoctorSettings) -> Op[Finding]:
+    backlog = yield from health.queue_backlog(None, s.max_ready_age)
+    if not backlog:
         return _finding(
             "backlog", "ok", f"no queue has a ready job older than {fmt_span(s.max_ready_age)}"
         )
     return _finding(
         "backlog",
         "warn",
-        f"{len(rows)} queue{'s' if len(rows) != 1 else ''} with ready jobs waiting over "
-        f"{fmt_span(s.max_ready_age)}: " + ", ".join(r["queue"] for r in rows),
+        f"{len(backlog)} queue{'s' if len(backlog) != 1 else ''} with ready jobs waiting over "
+        f"{fmt_span(s.max_ready_age)}: " + ", ".join(backlog),
         "; ".join(
-            f"{r['queue']}: oldest ready job waiting {fmt_span(r['oldest_ready_age_seconds'])}"
-            for r in rows
+            f"{queue}: oldest ready job waiting {fmt_span(age)}" for queue, age in backlog.items()
         ),
         "add workers for these queues (`pgqueue worker --queue NAME`), raise --concurrency, "
         "or check their limits (`pgqueue status`)",
-        queues={r["queue"]: r["oldest_ready_age_seconds"] for r in rows},
+        queues=backlog,
     )
 
 

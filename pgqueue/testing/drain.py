@@ -24,7 +24,7 @@ from pgqueue import validation
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.ops import OpContext, consume, operator
-from pgqueue.worker import registry
+from pgqueue.worker import task_settings
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -173,7 +173,7 @@ class _Drain:
         executor.unknown_task_grace = 0.0
         executor.worker_id = settings.worker_id
         executor.live_settings = app.live_task_settings
-        await registry.refresh_settings(app)  # operators' task settings, as a worker's
+        await task_settings.refresh_settings(app)  # operators' task settings, as a worker's
         stopped = asyncio.Event()
         heartbeat = Heartbeat(app.database, ctx, settings, executor, stopped, lambda: False)
         await heartbeat.register()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pgqueue.ops import OpContext, consume
-from pgqueue.worker import registry
+from pgqueue.worker import task_settings
 from pgqueue.worker.faults import Episodes, is_transient
 from pgqueue.worker.wakeup import jittered, wait_any
 
@@ -70,7 +70,7 @@ class Producer:
             want = min(free, batch_size)
             self.wake.clear()  # a notification during the lease makes the next wait return
             leased_at = time.monotonic()
-            await registry.settled()  # live task settings changed just now: apply them
+            await task_settings.settled()  # live task settings changed just now: apply them
             try:
                 jobs = await db.run_async(
                     consume.lease(ctx, self.queues, worker_id, want, details=self.lease_details)

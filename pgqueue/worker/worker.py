@@ -26,7 +26,7 @@ from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
 from pgqueue.telemetry.observer import build_observer
 from pgqueue.version import __version__
-from pgqueue.worker import registry
+from pgqueue.worker import task_settings
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.faults import Episodes
@@ -145,7 +145,7 @@ class Worker:
         background = [
             self._supervise("heartbeat", heartbeat.run),
             self._supervise(
-                "task settings", lambda: registry.refresh_periodically(app, self.stopped)
+                "task settings", lambda: task_settings.refresh_periodically(app, self.stopped)
             ),
             self._supervise(
                 "reaper",
@@ -228,7 +228,7 @@ class Worker:
         while True:
             try:
                 await heartbeat.register()
-                await registry.publish(self.app, self.settings.worker_id)
+                await task_settings.publish(self.app, self.settings.worker_id)
                 episodes.succeeded()
                 return
             except Exception as exc:
@@ -270,7 +270,7 @@ class Worker:
     def _connected(self, producer: Producer) -> None:
         """LISTEN (re)connected: catch up with what its notifications missed."""
         producer.wake.set()
-        registry.refresh_soon(self.app)  # task settings changed while not listening
+        task_settings.refresh_soon(self.app)  # task settings changed while not listening
 
     def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
@@ -282,7 +282,7 @@ class Worker:
             if kind == "s":
                 self.schedules_changed.set()
             elif kind == "t":  # a task's live settings or limits changed
-                registry.refresh_soon(self.app)
+                task_settings.refresh_soon(self.app)
                 producer.wake.set()
             elif kind == "c":
                 # Anyone who may connect can NOTIFY: a cancel notice is only a

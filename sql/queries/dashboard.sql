@@ -6,19 +6,32 @@
 -- name: dashboard_throughput
 -- Jobs finished per minute over the last hour, from finished_at: for each
 -- minute and outcome an index range of jobs_finished_idx that stops at
--- %(per_minute)s rows. A minute that reached it is estimated from the
--- rate of those rows (the time they took to accumulate), so the cost is at
--- most 120 short ranges however busy the system is.
+-- %(per_minute)s rows (a minute that reached it is estimated from the rate of
+-- those rows), and for the whole hour and each outcome one range that stops
+-- at %(hour_cap)s rows: below it the hour's totals are exact, however the
+-- jobs fell into minutes. The cost stays bounded however busy the system is.
+-- (ORDER BY finished_at keeps those ranges on the index: with a bare LIMIT
+-- the planner may prefer a sequential scan when most rows are recent.)
 WITH minutes AS (
     SELECT m.start, least(m.start + interval '1 minute', now()) AS stop
     FROM generate_series(date_trunc('minute', now()) - interval '59 minutes',
                          date_trunc('minute', now()), interval '1 minute') AS m(start)
+), hour AS (
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                  WHERE j.stage = 'succeeded' AND j.finished_at >= h.start
+                                  ORDER BY j.finished_at LIMIT %(hour_cap)s) x)::bigint AS succeeded,
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                  WHERE j.stage = 'dead' AND j.finished_at >= h.start
+                                  ORDER BY j.finished_at LIMIT %(hour_cap)s) x)::bigint AS dead
+    FROM (SELECT date_trunc('minute', now()) - interval '59 minutes' AS start) h
 )
 SELECT extract(epoch FROM m.start)::bigint AS minute,
        ok.n AS succeeded_seen, extract(epoch FROM ok.last_at - m.start)::float8 AS succeeded_span,
        dead.n AS dead_seen, extract(epoch FROM dead.last_at - m.start)::float8 AS dead_span,
-       extract(epoch FROM m.stop - m.start)::float8 AS seconds
+       extract(epoch FROM m.stop - m.start)::float8 AS seconds,
+       hour.succeeded AS hour_succeeded, hour.dead AS hour_dead
 FROM minutes m
+CROSS JOIN hour
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
     FROM (SELECT j.finished_at FROM {schema}.jobs j
@@ -133,29 +146,6 @@ WHERE j.stage = 'dead' AND j.task = %(task)s::text
        OR (j.finished_at, j.id) < (%(after_finished)s::timestamptz, %(after_id)s::bigint))
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s;
-
--- name: dashboard_cancel_many
--- Cancel live jobs by id: queued/scheduled ones end cancelled now, running
--- ones are asked to stop (their worker is told). Finished ones are left alone.
-WITH target AS (
-    SELECT id, status FROM {schema}.jobs
-    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled', 'waiting')
-    ORDER BY id
-    FOR UPDATE
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
-        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
-        cancel_requested = true
-    FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish
-), notified AS (
-    SELECT count(pg_notify({channel},
-               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
-    FROM updated u WHERE u.status = 'running' OR u.notify_finish
-)
-SELECT u.id, t.status::text AS previous, u.status::text AS current
-FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified;
 
 -- name: dashboard_change_mark
 -- A cheap fingerprint of what changed: the newest job id and the newest

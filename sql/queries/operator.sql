@@ -5,7 +5,9 @@
 -- optional; %(statuses)s are visible statuses: queued, scheduled, running).
 -- Queued/scheduled ones end cancelled now; running ones are asked to stop.
 -- A running job already asked to stop is not picked again, so repeated
--- batches end. Returns (id, status before, status after) per job.
+-- batches end; rows a lease holds are skipped, not waited for. NOTIFY
+-- payloads as job_cancel's (pgqueue/events.py). Returns (id, status before,
+-- status after) per job.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
     WHERE stage IN ('queued', 'scheduled', 'waiting') AND NOT cancel_requested
@@ -22,10 +24,10 @@ WITH target AS (
         finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
         cancel_requested = true
     FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish
+    RETURNING j.id, j.status, j.notify_finish, j.queue
 ), notified AS (
-    SELECT count(pg_notify({channel},
-               CASE WHEN u.status = 'running' THEN 'c:' ELSE 'f:' END || u.id)) AS n
+    SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
+               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
     FROM updated u WHERE u.status = 'running' OR u.notify_finish
 )
 SELECT u.id, t.status::text AS previous, u.status::text AS current

@@ -1,4 +1,6 @@
-"""Regression tests of the code review in issue #12 (item 3), on a real database."""
+"""Edge cases of the App and the worker parts, on a real database: an extend
+during a heartbeat, result() waiters and the pool, empty queue lists, pools of
+an earlier event loop, schedules that keep changing, code that must stay gone."""
 
 from __future__ import annotations
 
