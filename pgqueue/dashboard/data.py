@@ -36,6 +36,7 @@ from pgqueue.ops.inspect import (
 
 if TYPE_CHECKING:
     from pgqueue.app import App
+    from pgqueue.workflow import WorkflowInfo
 
 T = TypeVar("T")
 
@@ -325,6 +326,7 @@ class JobFilter:
     status: str | None = None
     task: str | None = None
     q: str | None = None
+    tag: str | None = None
 
     @classmethod
     def parse(cls, values: Any) -> JobFilter:
@@ -336,6 +338,9 @@ class JobFilter:
             return value.strip() or None if isinstance(value, str) else None
 
         queue, status, task, q = get("queue"), get("status"), get("task"), get("q")
+        tag = get("tag")
+        if tag is not None:
+            validation.tags([tag])
         if queue is not None:
             validation.queue_name(queue)
         if task is not None:
@@ -344,7 +349,7 @@ class JobFilter:
             raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
         if q is not None and len(q) > 200:
             raise InvalidOption("search text is longer than 200 characters")
-        return cls(queue, status, task, q)
+        return cls(queue, status, task, q, tag)
 
     def params(self) -> dict[str, str]:
         """The non-empty filters, for links and hidden form fields."""
@@ -355,6 +360,7 @@ class JobFilter:
                 ("status", self.status),
                 ("task", self.task),
                 ("q", self.q),
+                ("tag", self.tag),
             )
             if v
         }
@@ -546,9 +552,21 @@ class Data:
         return await self._shared("throughput", throughput_op)
 
     async def jobs(self, flt: JobFilter, cursor: str | None, limit: int = PAGE_SIZE) -> JobPage:
+        if flt.tag is not None:
+            # Jobs having the tag: list_jobs' keyset pages over the tag index.
+            page = await self.app.list_jobs_async(
+                flt.queue, flt.status, flt.task, limit, cursor, tags=[flt.tag]
+            )
+            return JobPage(page.jobs, page.next_cursor)
         return await self._shared(
             ("jobs", flt, cursor, limit), lambda: list_jobs_op(flt, cursor, limit)
         )
+
+    async def workflows(self, status: str | None) -> list[WorkflowInfo]:
+        return await self.app.list_workflows_async(status=status, limit=PAGE_SIZE)
+
+    async def workflow(self, workflow_id: int) -> WorkflowInfo:
+        return await self.app.get_workflow_async(workflow_id)
 
     async def job(self, job_id: int) -> tuple[Job, str]:
         job = await self.app.get_job_async(job_id, history=True)

@@ -196,3 +196,32 @@ async def events(dash: Dashboard, request: Request) -> Response:
         media_type="text/event-stream",
         headers={"cache-control": "no-store", "x-accel-buffering": "no"},
     )
+
+
+async def workflows(dash: Dashboard, request: Request) -> Response:
+    """``/workflows``: workflows, newest first (``?status=running|succeeded|failed``)."""
+    status = request.query_params.get("status") or None
+    found = await dash.data.workflows(status)
+    if dash.wants_json(request):
+        return dash.json({"workflows": found})
+    return dash.render(request, "workflows.html", workflows=found, status=status)
+
+
+async def workflow(dash: Dashboard, request: Request) -> Response:
+    """``/workflows/<id>``: the graph, each step with its status and job."""
+    info = await dash.data.workflow(int(request.path_params["workflow_id"]))
+    if dash.wants_json(request):
+        return dash.json(info)
+    return dash.render(request, "workflow.html", workflow=info, levels=graph_levels(info.after))
+
+
+def graph_levels(after: dict[str, list[str]]) -> list[list[str]]:
+    """The steps in rows: each after every step it waits for (a layered
+    drawing of the graph; ``after`` only names earlier steps)."""
+    depth: dict[str, int] = {}
+    for name in after:  # insertion order: dependencies come first
+        depth[name] = 1 + max((depth.get(p, 0) for p in after[name]), default=-1)
+    levels: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for name, d in depth.items():
+        levels[d].append(name)
+    return levels

@@ -79,6 +79,8 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
         ("/schedules", "/schedules", pages.schedules),
         ("/workers", "/workers", pages.workers),
         ("/tasks", "/tasks", pages.tasks),
+        ("/workflows", "/workflows", pages.workflows),
+        ("/workflows/{workflow_id:int}", "/workflows/{workflow_id:int}", pages.workflow),
     ):
         read += [Route(path, p(handler)), Route("/api" + api, p(handler))]
     return [

@@ -25,6 +25,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 NAV = (
     ("/", "Overview"),
     ("/jobs", "Jobs"),
+    ("/workflows", "Workflows"),
     ("/dead", "Dead letters"),
     ("/queues", "Queues"),
     ("/schedules", "Schedules"),
