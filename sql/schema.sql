@@ -812,7 +812,7 @@ BEGIN
     UPDATE {schema}.jobs j SET has_dependents = true
     WHERE j.id = ANY (ARRAY(SELECT DISTINCT d.depends_on FROM {schema}.job_dependencies d
                             WHERE d.job_id = ANY (v_ids)))
-      AND NOT j.has_dependents;
+      AND j.has_dependents IS NOT TRUE;
 
     -- A workflow's members, and plain jobs with dependencies; pending counts
     -- the dependencies that have not ended yet.
@@ -1394,7 +1394,9 @@ WITH clock AS MATERIALIZED (
             ELSE d.next END::{schema}.job_status,
         run_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN d.next_run_at ELSE j.run_at END,
         attempts = CASE WHEN d.next IN ('defer', 'snooze') THEN j.attempts - 1 ELSE j.attempts END,
-        snoozes = j.snoozes + CASE WHEN d.next = 'snooze' THEN 1 ELSE 0 END,
+        -- NULL until the first snooze, like has_dependents until the first
+        -- dependent: a job that uses neither writes no bytes for them.
+        snoozes = CASE WHEN d.next = 'snooze' THEN coalesce(j.snoozes, 0) + 1 ELSE j.snoozes END,
         finished_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN NULL
                            ELSE (SELECT now FROM clock) END,
         lease_expires_at = NULL,
@@ -2499,8 +2501,8 @@ CASE
 END) STORED,
     attempts integer DEFAULT 0 NOT NULL,
     counted boolean DEFAULT false NOT NULL,
-    has_dependents boolean DEFAULT false NOT NULL,
-    snoozes integer DEFAULT 0 NOT NULL,
+    has_dependents boolean,
+    snoozes integer,
     worker_id text,
     last_error text,
     result jsonb,
@@ -2542,7 +2544,7 @@ CREATE TABLE {schema}.jobs_archive (
     archived_at timestamp with time zone DEFAULT now() NOT NULL,
     tags text[],
     meta jsonb,
-    snoozes integer DEFAULT 0 NOT NULL,
+    snoozes integer,
     progress jsonb
 );
 
