@@ -25,7 +25,6 @@ QueryName = Literal[
     "job_lease",
     "job_set_progress",
     "job_enqueue_graph",
-    "workflow_of_job",
     "workflow_get",
     "workflow_steps",
     "workflow_edges",

@@ -787,10 +787,6 @@ BEGIN
         END IF;
     END IF;
 
-    IF p_name IS NOT NULL THEN
-        INSERT INTO {schema}.workflows (name) VALUES (p_name) RETURNING id INTO v_workflow;
-    END IF;
-
     -- The jobs, waiting when they have a dependency (settled below).
     SELECT array_agg(b.job_id ORDER BY b.job_id) INTO v_ids
     FROM {schema}.enqueue_batch((
@@ -799,6 +795,13 @@ BEGIN
                    + jsonb_array_length(coalesce(s.step -> 'depends_on', '[]')) > 0)
                ORDER BY s.ord)
         FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord))) b;
+
+    -- A workflow's id is its first step's job id: the caller knows it from
+    -- the ids this returns, without another statement.
+    IF p_name IS NOT NULL THEN
+        v_workflow := v_ids[1];
+        INSERT INTO {schema}.workflows (id, name) VALUES (v_workflow, p_name);
+    END IF;
 
     INSERT INTO {schema}.job_dependencies (depends_on, job_id, counted)
     SELECT v_ids[a.idx::integer + 1], v_ids[s.ord], false
@@ -2659,15 +2662,6 @@ CREATE TABLE {schema}.workflows (
     id bigint NOT NULL,
     name text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
-);
-
-ALTER TABLE {schema}.workflows ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME {schema}.workflows_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
 );
 
 ALTER TABLE ONLY {schema}.jobs ALTER COLUMN id SET DEFAULT nextval('{schema}.jobs_id_seq'::regclass);

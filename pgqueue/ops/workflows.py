@@ -76,8 +76,7 @@ def enqueue_workflow(ctx: OpContext, workflow: Workflow) -> Op[WorkflowRun]:
 
 
 def _graph(ctx: OpContext, name: str | None, steps: list[dict[str, Any]]) -> Op[list[Any]]:
-    """(workflow id, job id) per step: one enqueue statement, and for a
-    workflow one primary-key read of its id."""
+    """(workflow id, job id) per step, in one statement."""
     # Payloads were checked by the builder, their sizes are checked by the database.
     doc = json.dumps({"graph": steps, "workflow": name}, separators=(",", ":"), ensure_ascii=False)
     try:
@@ -88,10 +87,8 @@ def _graph(ctx: OpContext, name: str | None, steps: list[dict[str, Any]]) -> Op[
             raise
         raise JobNotFound(missing) from None
     ids = [r[0] for r in rows]
-    workflow_id = None
-    if name is not None:
-        found = yield Execute("workflow_of_job", {"job_id": ids[0]}, fetch="one")
-        workflow_id = found[0]
+    # A workflow's id is its first step's job id (enqueue_graph).
+    workflow_id = ids[0] if name is not None else None
     return [(workflow_id, i) for i in ids]
 
 

@@ -5,10 +5,6 @@
 -- {"graph": steps, "workflow": name}); one job id per step, in input order.
 SELECT job_id FROM {schema}.enqueue_batch(%(graph)s::jsonb);
 
--- name: workflow_of_job
--- The workflow a job is a step of.
-SELECT workflow_id FROM {schema}.job_waits WHERE job_id = %(job_id)s;
-
 -- name: workflow_get
 -- A workflow's row.
 SELECT w.id, w.name, w.created_at FROM {schema}.workflows w WHERE w.id = %(workflow_id)s;
