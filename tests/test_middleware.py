@@ -166,6 +166,8 @@ class Captured(Transport):
 @pytest.fixture
 def sentry_events() -> Any:
     transport = Captured()
+    # No default integrations: they patch threads and asyncio for the whole
+    # test process (and stay patched), which hung unrelated tests later on.
     sentry_sdk.init(
         dsn="https://public@sentry.example/1", transport=transport, default_integrations=False
     )
@@ -173,7 +175,7 @@ def sentry_events() -> Any:
         yield transport.events
     finally:
         sentry_sdk.get_client().close()
-        sentry_sdk.init()
+        sentry_sdk.init(default_integrations=False)  # a client that sends nothing
 
 
 def test_sentry_gets_each_failed_attempt_once_with_the_jobs_tags(
