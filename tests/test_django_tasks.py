@@ -139,9 +139,7 @@ def test_workers_are_woken_at_commit(tasks: ModuleType, db_dsn: str) -> None:
         with transaction.atomic():
             result = tasks.add.enqueue(20, 22)
             time.sleep(0.3)
-        started = time.monotonic()
-        finished(result, timeout=10)
-        assert time.monotonic() - started < 5
+        finished(result, timeout=20)  # well before the 30 s poll: the commit's NOTIFY
     assert result.return_value == 42
 
 

@@ -4,7 +4,6 @@ enqueues (change or refuse), and the Sentry middleware against the real SDK."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -108,14 +107,13 @@ def test_a_tasks_timeout_covers_its_middleware(app: pgqueue.App) -> None:
         return None
 
     job_id = app.enqueue("quick").job_id
-    started = time.monotonic()
     run_until(app, finished(app, job_id))
 
     job = app.get_job(job_id, history=True)
     assert job.status is pgqueue.JobStatus.DEAD
     assert job.attempt_history is not None
+    # Not covered, the middleware would call the task after 30 s: succeeded.
     assert job.attempt_history[-1].outcome is pgqueue.AttemptOutcome.TIMEOUT
-    assert time.monotonic() - started < 20
 
 
 class Labels(Middleware):

@@ -45,6 +45,14 @@ def serve(
     max_wait: Annotated[
         float, typer.Option(help="Longest long-poll a lease may ask for, in seconds.", min=0)
     ] = 20.0,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            help="How often a waiting long-poll looks again without a notification "
+            "(jobs that become due later), in seconds.",
+            min=0.1,
+        ),
+    ] = 2.0,
     pool_size: Annotated[int, typer.Option(help="Database connections of the pool.", min=1)] = 10,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
@@ -86,6 +94,7 @@ def serve(
         max_body_bytes=max_body,
         pool_max_size=pool_size,
         max_wait=max_wait,
+        poll_interval=poll_interval,
     )
     from pgqueue.logs import configure_logging
 
