@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 import pgqueue
+from pgqueue_cli.asgi import serve as asgi_serve
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import fail
 
@@ -62,7 +63,7 @@ def dashboard(
       PGQUEUE_DASHBOARD_TOKEN=s3cret pgqueue dashboard --port 9000 --base-path /pgqueue
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (present: asgi.serve runs it)
         from starlette.applications import Starlette
         from starlette.routing import Mount
 
@@ -96,17 +97,11 @@ def dashboard(
             "can read every payload and error (actions stay disabled)",
             err=True,
         )
-    shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"pgqueue dashboard on http://{shown}:{port}{prefix}/ ({mode})", err=True)
-    try:
-        # Open event streams never end on their own: give them 5 s on shutdown.
-        uvicorn.run(
-            asgi,
-            host=host,
-            port=port,
-            log_level=log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-    finally:
-        application.close()
+    asgi_serve(
+        asgi,
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        banner=f"pgqueue dashboard on {{url}}{prefix}/ ({mode})",
+    )

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 import pgqueue
+from pgqueue_cli.asgi import serve as asgi_serve
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import fail
 
@@ -69,7 +70,7 @@ def serve(
       pgqueue serve --host 0.0.0.0 --port 9000 --tokens tokens --worker-role http_worker
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (present: asgi.serve runs it)
 
         from pgqueue.http import Tokens, create_api
     except ImportError:
@@ -99,18 +100,12 @@ def serve(
     from pgqueue.logs import configure_logging
 
     configure_logging(log_level)
-    shown = f"[{host}]" if ":" in host else host
     kinds = ", ".join(sorted(parsed.kinds))
-    typer.echo(f"pgqueue HTTP API on http://{shown}:{port}/v1/ (tokens: {kinds})", err=True)
-    try:
-        # Long polls end within their wait: give them 5 s on shutdown.
-        uvicorn.run(
-            asgi,
-            host=host,
-            port=port,
-            log_level=log_level,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-    finally:
-        application.close()
+    asgi_serve(
+        asgi,
+        application,
+        host=host,
+        port=port,
+        log_level=log_level,
+        banner=f"pgqueue HTTP API on {{url}}/v1/ (tokens: {kinds})",
+    )

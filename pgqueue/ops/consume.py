@@ -126,14 +126,36 @@ def _lease(
     if query == "job_lease":
         return [
             LeasedJob(
-                r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], None, None, r[8], _meta(r[9])
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                payload,
+                r[6],
+                r[7],
+                None,
+                None,
+                r[8],
+                r[9] and loads_stored(r[9]),
             )
             for r, payload in zip(rows, payloads, strict=True)
         ]
     traces = loads_many([row[9] for row in rows])
     return [
         LeasedJob(
-            r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], r[8], trace, r[10], _meta(r[11])
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            payload,
+            r[6],
+            r[7],
+            r[8],
+            trace,
+            r[10],
+            r[11] and loads_stored(r[11]),
         )
         for r, payload, trace in zip(rows, payloads, traces, strict=True)
     ]
@@ -340,8 +362,3 @@ def set_progress(job_id: int, attempt_id: int, progress: str) -> Op[bool]:
         {"job_ids": [job_id], "attempt_ids": [attempt_id], "progress": [progress]},
     )
     return bool(rows)
-
-
-def _meta(text: str | bytes | None) -> Any:
-    """A leased job's meta (read as text, like payloads): None when it has none."""
-    return None if text is None else loads_stored(text)

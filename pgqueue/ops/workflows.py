@@ -5,12 +5,13 @@ read and cancel workflows, a job's dependencies (SQL in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import validation
 from pgqueue.errors import InvalidInput, InvalidOption, JobNotFound, WorkflowNotFound
-from pgqueue.models import Enqueued, JobSpec, JobStatus
+from pgqueue.models import Enqueued, Job, JobSpec, JobStatus
 from pgqueue.ops import Execute, Op, OpContext
 from pgqueue.ops.enqueue import _JobBuilder
 from pgqueue.ops.inspect import _job_id, job_from_row
@@ -92,39 +93,57 @@ def _graph(ctx: OpContext, name: str | None, steps: list[dict[str, Any]]) -> Op[
     return [(workflow_id, i) for i in ids]
 
 
+_NOT_FOUND = re.compile(r"job (\d+) not found")
+
+
 def _missing_job(exc: Exception) -> int | None:
-    """The id of ``pgqueue: job N not found`` (SQLSTATE P0002) from enqueue_graph."""
-    sqlstate = getattr(exc, "sqlstate", None) or getattr(
-        getattr(exc, "__cause__", None), "sqlstate", None
-    )
-    text = str(exc)
-    if sqlstate != "P0002" and "not found" not in text:
-        return None
-    for word in text.replace(":", " ").split():
-        if word.isdigit():
-            return int(word)
-    return None
+    """The id in enqueue_graph's ``pgqueue: job N not found`` (SQLSTATE P0002)."""
+    states = (getattr(exc, "sqlstate", None), getattr(exc.__cause__, "sqlstate", None))
+    found = _NOT_FOUND.search(str(exc)) if "P0002" in states else None
+    return int(found.group(1)) if found else None
 
 
 def get_workflow(workflow_id: int) -> Op[WorkflowInfo]:
     """A workflow, each step as a Job, and which steps each waits for."""
+    ident = _workflow_id(workflow_id)
+    found = yield from _load([ident])
+    if not found:
+        raise WorkflowNotFound(ident)
+    return found[0]
+
+
+def _load(ids: list[int]) -> Op[list[WorkflowInfo]]:
+    """These workflows, in this order (unknown ids left out): three
+    statements however many there are."""
     from pgqueue.workflow import WorkflowInfo
 
-    ident = _workflow_id(workflow_id)
-    head = yield Execute("workflow_get", {"workflow_id": ident}, fetch="one", rows="dict")
-    if head is None:
-        raise WorkflowNotFound(ident)
-    rows = yield Execute("workflow_steps", {"workflow_id": ident}, rows="dict")
-    edges = yield Execute("workflow_edges", {"workflow_id": ident})
-    names = {r["id"]: r["step"] for r in rows}
-    steps = {r["step"]: job_from_row(r) for r in rows}
-    after: dict[str, list[str]] = {name: [] for name in steps}
+    params = {"workflow_ids": ids}
+    heads = {h["id"]: h for h in (yield Execute("workflow_get", params, rows="dict"))}
+    rows = yield Execute("workflow_steps", params, rows="dict")
+    edges = yield Execute("workflow_edges", params)
+    steps: dict[int, dict[str, Job]] = {i: {} for i in heads}
+    after: dict[int, dict[str, list[str]]] = {i: {} for i in heads}
+    step_of: dict[int, tuple[int, str]] = {}  # job id -> (workflow id, step name)
+    for r in rows:
+        steps[r["workflow_id"]][r["step"]] = job_from_row(r)
+        after[r["workflow_id"]][r["step"]] = []
+        step_of[r["id"]] = (r["workflow_id"], r["step"])
     for job_id, depends_on in edges:
-        if job_id in names and depends_on in names:
-            after[names[job_id]].append(names[depends_on])
-    return WorkflowInfo(
-        ident, head["name"], _status(steps.values()), head["created_at"], steps, after
-    )
+        if job_id in step_of and depends_on in step_of:
+            workflow, name = step_of[job_id]
+            after[workflow][name].append(step_of[depends_on][1])
+    return [
+        WorkflowInfo(
+            i,
+            heads[i]["name"],
+            _status(steps[i].values()),
+            heads[i]["created_at"],
+            steps[i],
+            after[i],
+        )
+        for i in ids
+        if i in heads
+    ]
 
 
 def _status(jobs: Any) -> Any:
@@ -141,23 +160,15 @@ def list_workflows(status: str | None = None, limit: int = 50) -> Op[list[Workfl
     limit = validation.positive_int("limit", limit, 1000)
     rows = yield Execute(
         "workflow_list",
-        {
-            "workflow_id": None,
-            "status": status,
-            "limit": limit,
-            "scan": limit if status is None else limit * 20,
-        },
+        {"status": status, "limit": limit, "scan": limit if status is None else limit * 20},
     )
-    out = []
-    for row in rows:
-        out.append((yield from get_workflow(int(row[0]))))
-    return out
+    return (yield from _load([int(r[0]) for r in rows]))
 
 
 def cancel_workflow(workflow_id: int) -> Op[int]:
     """Cancel the workflow's live steps (running ones are asked to stop)."""
     ident = _workflow_id(workflow_id)
-    head = yield Execute("workflow_get", {"workflow_id": ident}, fetch="one")
+    head = yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one")
     if head is None:
         raise WorkflowNotFound(ident)
     rows = yield Execute("workflow_cancel", {"workflow_id": ident})

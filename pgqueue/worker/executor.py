@@ -422,21 +422,14 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
-        if isinstance(exc, Snooze):
+        if isinstance(exc, Snooze | Retry):
+            # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
+            outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
             return Failure(
                 job.job_id,
                 job.attempt_id,
-                AttemptOutcome.SNOOZED,
-                "snoozed",
-                str(exc),
-                retry_delay=exc.delay,
-            )
-        if isinstance(exc, Retry):
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.RETRY,
-                "retry",
+                outcome,
+                outcome.value,
                 str(exc),
                 retry_delay=exc.delay,
             )

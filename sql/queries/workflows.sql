@@ -6,26 +6,27 @@
 SELECT job_id FROM {schema}.enqueue_batch(%(graph)s::jsonb);
 
 -- name: workflow_get
--- A workflow's row.
-SELECT w.id, w.name, w.created_at FROM {schema}.workflows w WHERE w.id = %(workflow_id)s;
+-- Workflows' rows, by id.
+SELECT w.id, w.name, w.created_at FROM {schema}.workflows w
+WHERE w.id = ANY (%(workflow_ids)s::bigint[]);
 
 -- name: workflow_steps
--- A workflow's steps as jobs (live or archived), in enqueue order.
-SELECT s.step, j.id, j.queue, j.task, j.payload, j.priority,
+-- Workflows' steps as jobs (live or archived), in enqueue order.
+SELECT s.workflow_id, s.step, j.id, j.queue, j.task, j.payload, j.priority,
        {schema}.visible_status(j.status, j.run_at) AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result,
        coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
 FROM {schema}.job_waits s
 JOIN {schema}.jobs j ON j.id = s.job_id
-WHERE s.workflow_id = %(workflow_id)s
+WHERE s.workflow_id = ANY (%(workflow_ids)s::bigint[])
 UNION ALL
-SELECT s.step, a.id, a.queue, a.task, a.payload, a.priority, a.status::text, a.run_at,
+SELECT s.workflow_id, s.step, a.id, a.queue, a.task, a.payload, a.priority, a.status::text, a.run_at,
        a.attempts, a.max_attempts, a.dedup_key, a.serial_key, a.created_at, a.finished_at,
        a.last_error, a.result, coalesce(a.tags, '{}'), a.meta, a.progress, a.snoozes
 FROM {schema}.job_waits s
 JOIN {schema}.jobs_archive a ON a.id = s.job_id
-WHERE s.workflow_id = %(workflow_id)s
+WHERE s.workflow_id = ANY (%(workflow_ids)s::bigint[])
 ORDER BY id;
 
 -- name: workflow_edges
@@ -33,26 +34,23 @@ ORDER BY id;
 SELECT d.job_id, d.depends_on
 FROM {schema}.job_waits s
 JOIN {schema}.job_dependencies d ON d.job_id = s.job_id
-WHERE s.workflow_id = %(workflow_id)s
+WHERE s.workflow_id = ANY (%(workflow_ids)s::bigint[])
 ORDER BY d.job_id, d.depends_on;
 
 -- name: workflow_list
--- Workflows, newest first; status running until every step ended, then
--- succeeded (all succeeded) or failed. %(status)s filters on it.
-SELECT * FROM (
-    SELECT w.id, w.name, w.created_at,
+-- Ids of workflows, newest first; status running until every step ended,
+-- then succeeded (all succeeded) or failed. %(status)s filters on it.
+SELECT l.id FROM (
+    SELECT w.id,
            CASE WHEN bool_and(coalesce(j.stage, a.status) IN ('succeeded', 'dead', 'cancelled'))
                 THEN CASE WHEN bool_and(coalesce(j.stage, a.status) = 'succeeded')
                           THEN 'succeeded' ELSE 'failed' END
-                ELSE 'running' END AS status,
-           count(*) AS steps
+                ELSE 'running' END AS status
     FROM {schema}.workflows w
     JOIN {schema}.job_waits s ON s.workflow_id = w.id
     LEFT JOIN {schema}.jobs j ON j.id = s.job_id
     LEFT JOIN {schema}.jobs_archive a ON a.id = s.job_id
-    WHERE w.id IN (SELECT x.id FROM {schema}.workflows x
-                   WHERE %(workflow_id)s::bigint IS NULL OR x.id = %(workflow_id)s::bigint
-                   ORDER BY x.id DESC LIMIT %(scan)s)
+    WHERE w.id IN (SELECT x.id FROM {schema}.workflows x ORDER BY x.id DESC LIMIT %(scan)s)
     GROUP BY w.id
 ) l
 WHERE %(status)s::text IS NULL OR l.status = %(status)s::text
