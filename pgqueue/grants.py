@@ -50,7 +50,7 @@ from psycopg import sql
 
 from pgqueue import validation
 from pgqueue.config import resolve_dsn
-from pgqueue.database import ErrorTranslator, connection_params, migrate_command, translated
+from pgqueue.connection import ErrorTranslator, connection_params, migrate_command, translated
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
 from pgqueue.version import SCHEMA_REVISION
 

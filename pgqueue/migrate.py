@@ -81,12 +81,12 @@ def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "
 def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None]:
     """Driver errors come as pgqueue errors; a role that may not migrate gets
     PermissionDenied saying who may."""
-    from pgqueue.database import ErrorTranslator, translated
+    from pgqueue.connection import ErrorTranslator, translated
 
     hint = (
         "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
     )
-    from pgqueue.database import connection_params
+    from pgqueue.connection import connection_params
 
     connection_params(resolve_dsn(dsn))  # an unparsable DSN: one line, without its parts
     translate = ErrorTranslator(schema, resolve_dsn(dsn), permission_hint=hint)

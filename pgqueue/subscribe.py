@@ -40,7 +40,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue import validation
-from pgqueue.database import connection_params
+from pgqueue.connection import connection_params
 from pgqueue.errors import DatabaseError, InvalidOption, ListenUnavailable
 from pgqueue.events import RESYNC, JobEvent, parse
 from pgqueue.queries import Queries, channel_for

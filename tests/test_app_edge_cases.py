@@ -177,7 +177,7 @@ def test_an_async_pool_from_an_earlier_event_loop_is_closed(db_dsn: str) -> None
 
         async def read() -> None:
             await app.get_job_async(job_id)
-            pool = await app.database.async_pool()
+            pool = await app.database.pool_async()
             await pool.wait()  # all three connections open
 
         asyncio.run(read())

@@ -15,8 +15,8 @@ import pytest
 
 import pgqueue
 import pgqueue.cron
-from pgqueue.database import SCHEMA_REVISION
 from pgqueue.durations import parse_duration
+from pgqueue.version import SCHEMA_REVISION
 from tests.cli_support import assert_one_line_error, invoke
 from tests.fixtures.workers import Workers
 

@@ -16,14 +16,14 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue.database import ErrorTranslator, is_transient_sqlstate
+from pgqueue.connection import ErrorTranslator, is_transient_sqlstate
 from pgqueue.errors import ConnectionFailed, DatabaseError, QueryFailed, SchemaNotMigrated
 
 PACKAGE = Path(pgqueue.__file__).parent
 # The modules that may talk to psycopg's errors: the database boundary.
 # subscribe.py holds the App's shared LISTEN connection and translates through
 # the same ErrorTranslator.
-BOUNDARY = {"database.py", "subscribe.py"}
+BOUNDARY = {"connection.py", "database.py", "driver_async.py", "driver_sync.py", "subscribe.py"}
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_a_read_only_session_is_transient_and_dropped_from_the_pool(db_dsn: str)
         # (ALTER DATABASE ... SET default_transaction_read_only raced the
         # pool: a session it reopened before the setting was reset stayed
         # read-only, and the last enqueue failed.)
-        with app.database.sync_pool().connection() as conn:
+        with app.database.pool().connection() as conn:
             conn.execute("SET SESSION default_transaction_read_only = on")
         with pytest.raises(QueryFailed) as caught:
             app.enqueue("t", {})

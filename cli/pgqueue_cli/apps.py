@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 import pgqueue
-from pgqueue.database import describe_target
+from pgqueue.connection import describe_target
 from pgqueue_cli.errors import fail
 
 APP_PATH_HELP = "pkg.module:app or path/to/tasks.py:app"

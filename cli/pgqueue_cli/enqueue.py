@@ -220,7 +220,7 @@ def enqueue_all(
     # be repeated. Batches keep each statement (and its JSON) bounded. A pooled
     # connection: it gets the pool's session setup and schema check.
     with (
-        app.database.sync_pool().connection() as conn,
+        app.database.pool().connection() as conn,
         conn.transaction(),
         output.progress("enqueueing", len(specs), show_bar) as advance,
     ):

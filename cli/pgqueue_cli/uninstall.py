@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.database import describe_target
+from pgqueue.connection import describe_target
 from pgqueue.errors import InvalidJobState
 from pgqueue.ops import operator
 from pgqueue_cli import output

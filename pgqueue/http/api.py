@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import pgqueue
+from pgqueue.connection import SESSION_SETUP
 from pgqueue.errors import (
     ConnectionFailed,
     DatabaseError,
@@ -136,7 +137,7 @@ class Api:
         async with self._lock:
             if self._ready:
                 return
-            setup = None if self.app.pooler == "transaction" else _SESSION_SETUP
+            setup = None if self.app.pooler == "transaction" else SESSION_SETUP
             pool: AsyncConnectionPool = AsyncConnectionPool(
                 make_conninfo(self.app.dsn, application_name="pgqueue-http"),
                 min_size=1,
@@ -234,9 +235,6 @@ class Api:
         except (ValueError, RecursionError) as exc:
             reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             raise ApiError(400, "invalid_json", f"the body is not valid JSON: {reason}") from None
-
-
-_SESSION_SETUP = "SET plan_cache_mode = force_custom_plan; SET jit = off"
 
 
 def _configure(

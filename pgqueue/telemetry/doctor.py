@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.conninfo import conninfo_to_dict
 
-from pgqueue.database import migrate_command
+from pgqueue.connection import migrate_command
 from pgqueue.durations import parse_duration
 from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
 from pgqueue.explain import fmt_span

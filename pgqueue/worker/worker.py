@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pgqueue.database import describe_target
+from pgqueue.connection import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
 from pgqueue.telemetry.observer import build_observer
