@@ -79,10 +79,19 @@ def describe_target(dsn: str) -> str:
         return "the given DSN"
     defaults = _libpq_defaults()
     host = info.get("host") or info.get("hostaddr") or defaults.get("host") or "local socket"
-    port = info.get("port") or defaults.get("port") or 5432
+    default_port = defaults.get("port") or "5432"
     user = info.get("user") or defaults.get("user") or ""
     dbname = info.get("dbname") or defaults.get("dbname") or user
-    return f"{host}:{port}/{dbname}"
+    # A multi-host DSN (failover): libpq pairs the n-th host with the n-th
+    # port, one port serves every host, an empty entry is the default port.
+    hosts = str(host).split(",")
+    ports = str(info.get("port") or default_port).split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    targets = ",".join(
+        f"{h or 'local socket'}:{p or default_port}" for h, p in zip(hosts, ports, strict=False)
+    )
+    return f"{targets}/{dbname}"
 
 
 def _libpq_defaults() -> dict[str, str]:
