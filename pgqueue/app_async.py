@@ -8,9 +8,12 @@ writes the sync class from this one (each name loses its async suffix, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from pgqueue import health
 from pgqueue._adapters import ConnectionLike, async_connection
@@ -104,6 +107,12 @@ class AsyncAppOperations(AppBase):
             depends_on,
             allow_failed,
         )
+        return await self.enqueue_spec_async(spec, conn=conn)
+
+    async def enqueue_spec_async(
+        self, spec: JobSpec, *, conn: ConnectionLike | None = None
+    ) -> Enqueued:
+        """Enqueue one :class:`JobSpec` (what :meth:`enqueue` and ``task.enqueue`` call)."""
         return await self.database.run_async(
             enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
         )
@@ -116,6 +125,15 @@ class AsyncAppOperations(AppBase):
         return await self.database.run_async(
             enqueue.enqueue_many(self.op_context, specs), await async_connection(conn)
         )
+
+    @asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in a transaction, to pass as ``conn=`` to calls
+        that must commit together (``pgqueue enqueue --file`` uses it): it
+        commits when the block ends, and rolls back on an exception."""
+        pool = await self.database.pool_async()
+        async with pool.connection() as conn, conn.transaction():
+            yield conn
 
     # --- workflows -------------------------------------------------------------
 
@@ -257,6 +275,38 @@ class AsyncAppOperations(AppBase):
         until it returns fewer than ``limit``."""
         params = operator.cancel_params(job_ids, queue, task, statuses, limit)
         return [r[0] for r in await self.database.run_async(operator.cancel_batch(params))]
+
+    async def count_cancellable_async(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+    ) -> int:
+        """How many live jobs :meth:`cancel_many` with these filters would
+        cancel (or ask to stop) now, counted in one statement."""
+        params = operator.cancel_params(None, queue, task, statuses)
+        return await self.database.run_async(operator.count_cancellable(params))
+
+    async def job_statuses_async(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each of these jobs that exists (live or archived),
+        by id, in one statement; ids of no job are left out."""
+        return await self.database.run_async(operator.job_statuses(job_ids))
+
+    async def list_queues_async(self) -> list[str]:
+        """The name of every queue the database knows, sorted."""
+        return await self.database.run_async(operator.queue_names())
+
+    async def schema_summary_async(self) -> dict[str, int]:
+        """What :meth:`uninstall` would drop: ``jobs``, ``archived_jobs``,
+        ``live_jobs`` (queued or running) and ``live_workers``."""
+        return await self.database.run_async(operator.schema_summary())
+
+    async def uninstall_async(self) -> None:
+        """Drop this App's schema with every job, schedule and setting in it
+        (what ``pgqueue uninstall`` does after its checks); cannot be undone."""
+        await self.database.run_async(operator.drop_schema())
+        await self.database.close_async()
 
     async def delete_queue_async(self, queue: str) -> None:
         """Delete a queue and its settings (pause, limits); refused with

@@ -10,9 +10,12 @@ writes the sync class from this one (each name loses its async suffix, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from pgqueue import health
 from pgqueue._adapters import ConnectionLike, sync_connection
@@ -106,6 +109,10 @@ class AppOperations(AppBase):
             depends_on,
             allow_failed,
         )
+        return self.enqueue_spec(spec, conn=conn)
+
+    def enqueue_spec(self, spec: JobSpec, *, conn: ConnectionLike | None = None) -> Enqueued:
+        """Enqueue one :class:`JobSpec` (what :meth:`enqueue` and ``task.enqueue`` call)."""
         return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
     def enqueue_many(
@@ -116,6 +123,15 @@ class AppOperations(AppBase):
         return self.database.run(
             enqueue.enqueue_many(self.op_context, specs), sync_connection(conn)
         )
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction, to pass as ``conn=`` to calls
+        that must commit together (``pgqueue enqueue --file`` uses it): it
+        commits when the block ends, and rolls back on an exception."""
+        pool = self.database.pool()
+        with pool.connection() as conn, conn.transaction():
+            yield conn
 
     # --- workflows -------------------------------------------------------------
 
@@ -251,6 +267,38 @@ class AppOperations(AppBase):
         until it returns fewer than ``limit``."""
         params = operator.cancel_params(job_ids, queue, task, statuses, limit)
         return [r[0] for r in self.database.run(operator.cancel_batch(params))]
+
+    def count_cancellable(
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        statuses: Sequence[str] = ("queued", "scheduled"),
+    ) -> int:
+        """How many live jobs :meth:`cancel_many` with these filters would
+        cancel (or ask to stop) now, counted in one statement."""
+        params = operator.cancel_params(None, queue, task, statuses)
+        return self.database.run(operator.count_cancellable(params))
+
+    def job_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each of these jobs that exists (live or archived),
+        by id, in one statement; ids of no job are left out."""
+        return self.database.run(operator.job_statuses(job_ids))
+
+    def list_queues(self) -> list[str]:
+        """The name of every queue the database knows, sorted."""
+        return self.database.run(operator.queue_names())
+
+    def schema_summary(self) -> dict[str, int]:
+        """What :meth:`uninstall` would drop: ``jobs``, ``archived_jobs``,
+        ``live_jobs`` (queued or running) and ``live_workers``."""
+        return self.database.run(operator.schema_summary())
+
+    def uninstall(self) -> None:
+        """Drop this App's schema with every job, schedule and setting in it
+        (what ``pgqueue uninstall`` does after its checks); cannot be undone."""
+        self.database.run(operator.drop_schema())
+        self.database.close()
 
     def delete_queue(self, queue: str) -> None:
         """Delete a queue and its settings (pause, limits); refused with

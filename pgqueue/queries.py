@@ -102,7 +102,6 @@ QueryName = Literal[
     "archive_partition_index",
     "archive_partition_switch",
     # sql/queries/operator.sql
-    "job_cancel_batch",
     "job_cancel_count",
     "job_status_many",
     "queue_list",

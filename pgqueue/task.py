@@ -8,11 +8,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pgqueue import validation
-from pgqueue._adapters import ConnectionLike, async_connection, sync_connection
+from pgqueue._adapters import ConnectionLike
 from pgqueue.errors import InvalidOption, InvalidPayload
 from pgqueue.models import Enqueued, JobSpec
 from pgqueue.ops import TaskDefaults
-from pgqueue.ops.enqueue import enqueue_one
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
@@ -166,14 +165,10 @@ class TaskCall:
 
     def enqueue(self, *args: Any, **payload: Any) -> Enqueued:
         """Enqueue with these options (in ``conn``'s transaction when given)."""
-        app = self.task.app
         spec = self._spec(self.task.payload(args, payload))
-        return app.database.run(enqueue_one(app.op_context, spec), sync_connection(self.conn))
+        return self.task.app.enqueue_spec(spec, conn=self.conn)
 
     async def enqueue_async(self, *args: Any, **payload: Any) -> Enqueued:
         """Async twin of :meth:`enqueue` (``conn`` must be an async connection)."""
-        app = self.task.app
         spec = self._spec(self.task.payload(args, payload))
-        return await app.database.run_async(
-            enqueue_one(app.op_context, spec), await async_connection(self.conn)
-        )
+        return await self.task.app.enqueue_spec_async(spec, conn=self.conn)

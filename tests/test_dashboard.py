@@ -373,7 +373,7 @@ def test_group_requeue_runs_in_bounded_batches(app: pgqueue.App, job_factory: Jo
         while True:
             rounds += 1
             progress = await actions.requeue_group(
-                app, (group.task, group.error_code, group.fingerprint), cursor, total, batch=7
+                Data(app), (group.task, group.error_code, group.fingerprint), cursor, total, batch=7
             )
             total, cursor = progress.total, progress.cursor
             if progress.done:
@@ -441,10 +441,11 @@ def test_live_updates_share_one_listener_and_coalesce(
 ) -> None:
     import asyncio
 
+    from pgqueue.dashboard.data import Data
     from pgqueue.dashboard.live import LiveHub
 
     async def run() -> tuple[int, list[int], int]:
-        hub = LiveHub(app, min_interval=0.2, mark_interval=0.5)
+        hub = LiveHub(Data(app), min_interval=0.2, mark_interval=0.5)
         queues = [hub.subscribe() for _ in range(50)]
         try:
             await asyncio.sleep(0.5)  # the listener is up

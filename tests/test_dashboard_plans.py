@@ -81,7 +81,18 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     # ... then over the narrow window that task_stats_window found.
     ("task_stats", {"since": NOW + timedelta(hours=1), "task": None}, {"jobs_finished_idx"}),
     ("dashboard_change_mark", {}, set()),
-    ("job_cancel", {"job_ids": [1, 2, 3]}, {"jobs_pkey"}),
+    (
+        "job_cancel",
+        {
+            "job_ids": [1, 2, 3],
+            "queue": None,
+            "task": None,
+            "statuses": ["queued", "scheduled", "running", "waiting"],
+            "limit": 3,
+            "reask": False,
+        },
+        {"jobs_pkey"},
+    ),
 ]
 
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import typer
 
 import pgqueue
-from pgqueue.ops import operator
 from pgqueue_cli import output
 from pgqueue_cli.errors import fail
 
@@ -39,8 +38,7 @@ def bulk_cancel(
 ) -> int:
     """Count the matching live jobs, confirm, then cancel them in batches;
     returns how many were cancelled (or asked to stop, when running)."""
-    params = operator.cancel_params(None, queue, task, statuses, BATCH)
-    count = app.database.run(operator.count_cancellable(params))
+    count = app.count_cancellable(queue=queue, task=task, statuses=statuses)
     if count == 0:
         return 0
     confirm(f"Cancel {count} {'/'.join(statuses)} job{'s' if count != 1 else ''} {what}?", yes)

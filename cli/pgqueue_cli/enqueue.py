@@ -220,8 +220,7 @@ def enqueue_all(
     # be repeated. Batches keep each statement (and its JSON) bounded. A pooled
     # connection: it gets the pool's session setup and schema check.
     with (
-        app.database.pool().connection() as conn,
-        conn.transaction(),
+        app.transaction() as conn,
         output.progress("enqueueing", len(specs), show_bar) as advance,
     ):
         for start in range(0, len(specs), batch_size):

@@ -271,7 +271,7 @@ def cancel(
         return
     idents = list(dict.fromkeys(parsing.job_id(text) for text in job_ids))
     with open_app() as queue_app:
-        found = queue_app.database.run(operator.job_statuses(idents))
+        found = queue_app.job_statuses(idents)
         if missing := [i for i in idents if i not in found]:
             raise pgqueue.JobNotFound(missing[0])
         finished = {i: s for i, s in found.items() if s not in operator.CANCELLABLE}
@@ -282,27 +282,11 @@ def cancel(
                 "(--if-live skips finished jobs); nothing was cancelled"
             )
         live = [i for i in idents if i not in finished]
-        changed = (
-            {
-                job_id: after
-                for job_id, _before, after in queue_app.database.run(
-                    operator.cancel_batch(
-                        operator.cancel_params(live, None, None, operator.CANCELLABLE, 100_000)
-                    )
-                )
-            }
-            if live
-            else {}
-        )
-        # Live but not changed: a running job already asked to stop, or one
-        # that finished meanwhile.
-        rest = [i for i in live if i not in changed]
-        if rest:
-            found = queue_app.database.run(operator.job_statuses(rest))
-    results = [
-        {"job_id": i, "status": changed.get(i) or finished.get(i) or found.get(i, "unknown")}
-        for i in idents
-    ]
+        if live:
+            queue_app.cancel_many(live, statuses=operator.CANCELLABLE, limit=len(live))
+            # Cancelled, asked to stop (still running), or finished meanwhile.
+            found = queue_app.job_statuses(idents)
+    results = [{"job_id": i, "status": finished.get(i) or found.get(i, "unknown")} for i in idents]
     if as_json:
         output.print_json(results[0] if len(results) == 1 else results)
         return

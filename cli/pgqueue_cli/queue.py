@@ -9,7 +9,7 @@ import typer
 import pgqueue
 from pgqueue import validation
 from pgqueue.errors import InvalidName
-from pgqueue.ops import admin, operator
+from pgqueue.ops import admin
 from pgqueue_cli import output
 from pgqueue_cli.bulk import bulk_cancel
 from pgqueue_cli.context import open_app
@@ -176,7 +176,7 @@ def must_exist(app: pgqueue.App, queue: str, create: bool | None) -> None:
     validation.queue_name(queue)
     if create:
         return
-    names = app.database.run(operator.queue_names())
+    names = app.list_queues()
     if queue not in names:
         known = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
         hint = "; pass --create to create it" if create is False else ""

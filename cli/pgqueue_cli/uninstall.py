@@ -8,7 +8,6 @@ import typer
 
 from pgqueue.connection import describe_target
 from pgqueue.errors import InvalidJobState
-from pgqueue.ops import operator
 from pgqueue_cli import output
 from pgqueue_cli.bulk import confirm
 from pgqueue_cli.context import open_app, state
@@ -38,7 +37,7 @@ def uninstall(
     """
     with open_app() as app:
         where = f'schema "{app.schema}" in {describe_target(app.dsn)}'
-        summary = app.database.run(operator.schema_summary())
+        summary = app.schema_summary()
         if not force and (summary["live_workers"] or summary["live_jobs"]):
             raise InvalidJobState(
                 f"{where} has {summary['live_workers']} live workers and "
@@ -50,7 +49,7 @@ def uninstall(
             "archived jobs?",
             yes,
         )
-        app.database.run(operator.drop_schema())
+        app.uninstall()
     if as_json:
         output.print_json(
             {

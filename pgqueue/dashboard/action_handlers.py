@@ -79,7 +79,7 @@ async def bulk(dash: Dashboard, request: Request, form: FormData) -> Outcome:
         raise InvalidOption("select jobs, or choose to act on everything the filter matches")
     flt = JobFilter.parse(form)
     progress = await actions.act_on_filter(
-        dash.app, action, flt, text(form.get("cursor")), total(form)
+        dash.data, action, flt, text(form.get("cursor")), total(form)
     )
     return {
         "target": f"filter {flt.params()}",
@@ -92,7 +92,7 @@ async def bulk(dash: Dashboard, request: Request, form: FormData) -> Outcome:
 async def requeue_group(dash: Dashboard, request: Request, form: FormData) -> Outcome:
     """Requeue the dead jobs of one group of the dead-letter page."""
     group = parse_group_key(str(form.get("group") or ""))
-    progress = await actions.requeue_group(dash.app, group, text(form.get("cursor")), total(form))
+    progress = await actions.requeue_group(dash.data, group, text(form.get("cursor")), total(form))
     task, code, _ = group
     return {
         "target": f"dead group {task} / {code}",

@@ -14,13 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.dashboard.data import (
-    JobFilter,
-    cancel_many_op,
-    dead_group_batch_op,
-    list_jobs_op,
-)
+from pgqueue.dashboard.data import Data, JobFilter
 from pgqueue.errors import InvalidOption
+from pgqueue.ops.operator import CANCELLABLE
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -55,8 +51,10 @@ class Progress:
 async def act_on_ids(app: App, action: str, job_ids: list[int]) -> tuple[int, int]:
     """Apply ``action`` to these jobs; (acted, skipped)."""
     if action == "cancel":
-        rows = await app.database.run_async(cancel_many_op(job_ids))
-        return len(rows), len(job_ids) - len(rows)
+        cancelled = await app.cancel_many_async(
+            job_ids, statuses=CANCELLABLE, limit=max(len(job_ids), 1)
+        )
+        return len(cancelled), len(job_ids) - len(cancelled)
     if action == "requeue":
         requeued = await app.requeue_dead_many_async(job_ids, limit=max(len(job_ids), 1))
         return len(requeued), len(job_ids) - len(requeued)
@@ -79,7 +77,7 @@ def _effective_filter(action: str, flt: JobFilter) -> JobFilter:
 
 
 async def act_on_filter(
-    app: App,
+    data: Data,
     action: str,
     flt: JobFilter,
     cursor: str | None,
@@ -96,10 +94,10 @@ async def act_on_filter(
     deadline = time.monotonic() + TIME_BUDGET
     processed = skipped = 0
     while True:
-        page = await app.database.run_async(list_jobs_op(flt, cursor, batch))
+        page = await data.jobs_batch(flt, cursor, batch)
         ids = [job.id for job in page.jobs]
         if ids:
-            acted, missed = await act_on_ids(app, action, ids)
+            acted, missed = await act_on_ids(data.app, action, ids)
             processed, skipped = processed + acted, skipped + missed
         cursor = page.next_cursor
         if cursor is None or time.monotonic() >= deadline:
@@ -124,7 +122,7 @@ def _decode_group_cursor(value: str | None) -> tuple[datetime, int] | None:
 
 
 async def requeue_group(
-    app: App,
+    data: Data,
     group: tuple[str, str, str],
     cursor: str | None,
     total: int,
@@ -137,9 +135,9 @@ async def requeue_group(
     deadline = time.monotonic() + TIME_BUDGET
     processed = skipped = 0
     while True:
-        ids, after = await app.database.run_async(dead_group_batch_op(group, after, batch))
+        ids, after = await data.dead_group_batch(group, after, batch)
         if ids:
-            acted, missed = await act_on_ids(app, "requeue", ids)
+            acted, missed = await act_on_ids(data.app, "requeue", ids)
             processed, skipped = processed + acted, skipped + missed
         if after is None or time.monotonic() >= deadline:
             return Progress(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, cast
@@ -184,7 +184,7 @@ class TaskOverview:
         }
 
 
-# --- operations (driven by App.database.run_async) ----------------------------
+# --- operations (driven by Data below) ------------------------------------------
 
 
 def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
@@ -482,12 +482,6 @@ def dead_group_batch_op(
     return ids, after
 
 
-def cancel_many_op(job_ids: Sequence[int]) -> Op[list[tuple[int, str, str]]]:
-    """Cancel live jobs by id: (id, previous status, current status) each."""
-    rows = yield Execute("job_cancel", {"job_ids": list(job_ids)})
-    return [(r[0], r[1], r[2]) for r in rows]
-
-
 def _rows_op(query: Any, params: dict[str, Any] | None = None) -> Op[list[Any]]:
     rows = yield Execute(query, params or {})
     return list(rows)
@@ -513,6 +507,10 @@ class Data:
 
     def __init__(self, app: App, ttl: float = 1.0) -> None:
         self.app = app
+        # The dashboard's own statements (dashboard.sql) run here and nowhere
+        # else in the dashboard, on the App's pools; everything else goes
+        # through App's public methods.
+        self._database = app.database
         self.ttl = ttl
         self._cache: dict[Hashable, tuple[float, Any]] = {}
         self._locks: dict[Hashable, asyncio.Lock] = {}
@@ -522,7 +520,7 @@ class Data:
         self._cache.clear()
 
     async def _shared(self, key: Hashable, op: Callable[[], Op[T]]) -> T:
-        return await self._cached(key, lambda: self.app.database.run_async(op()))
+        return await self._cached(key, lambda: self._database.run_async(op()))
 
     async def _cached(self, key: Hashable, fetch: Callable[[], Awaitable[T]]) -> T:
         loop = asyncio.get_running_loop()
@@ -601,7 +599,18 @@ class Data:
         return await self._cached("workers", self.app.list_workers_async)
 
     async def change_mark(self) -> tuple[Any, ...]:
-        return await self.app.database.run_async(change_mark_op())
+        """A tuple that changes whenever jobs, queues or workers change (uncached)."""
+        return await self._database.run_async(change_mark_op())
+
+    async def jobs_batch(self, flt: JobFilter, cursor: str | None, limit: int) -> JobPage:
+        """A page of the jobs a bulk action works through (uncached)."""
+        return await self._database.run_async(list_jobs_op(flt, cursor, limit))
+
+    async def dead_group_batch(
+        self, group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
+    ) -> tuple[list[int], tuple[datetime, int] | None]:
+        """The next ids of one dead-letter group (see :func:`dead_group_batch_op`)."""
+        return await self._database.run_async(dead_group_batch_op(group, cursor, scan))
 
 
 def visible_statuses() -> list[str]:

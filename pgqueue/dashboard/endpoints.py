@@ -61,7 +61,7 @@ class Dashboard:
         self.app = app
         self.guard = guard
         self.data = Data(app, ttl=cache_ttl)
-        self.live = LiveHub(app, on_change=self.data.invalidate)
+        self.live = LiveHub(self.data, on_change=self.data.invalidate)
         self.env = environment()
 
     # --- responses -------------------------------------------------------------

@@ -18,10 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.dashboard.data import change_mark_op
-
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.dashboard.data import Data
 
 log = logging.getLogger("pgqueue.dashboard")
 
@@ -31,13 +29,13 @@ class LiveHub:
 
     def __init__(
         self,
-        app: App,
+        data: Data,
         *,
         min_interval: float = 0.5,
         mark_interval: float = 2.0,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self.app = app
+        self.data = data
         self.on_change = on_change  # e.g. drop cached page data before browsers refetch
         self.min_interval = min_interval
         self.mark_interval = mark_interval
@@ -96,10 +94,10 @@ class LiveHub:
         # The App's event stream (app.subscribe_async) holds the process's one
         # LISTEN connection; the change mark, read through the pool, catches
         # what does not notify.
-        async with self.app.subscribe_async() as events:
+        async with self.data.app.subscribe_async() as events:
             self.connections_opened += 1
             loop = asyncio.get_running_loop()
-            mark: Any = await self.app.database.run_async(change_mark_op())
+            mark: Any = await self.data.change_mark()
             next_mark = loop.time() + self.mark_interval
             while self._clients:
                 changed = False
@@ -109,7 +107,7 @@ class LiveHub:
                         break
                     changed = True
                 if loop.time() >= next_mark:
-                    new_mark = await self.app.database.run_async(change_mark_op())
+                    new_mark = await self.data.change_mark()
                     changed = changed or new_mark != mark
                     mark, next_mark = new_mark, loop.time() + self.mark_interval
                 if changed:

@@ -20,6 +20,7 @@ from pgqueue.errors import (
 from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _job_id
+from pgqueue.ops.operator import CANCELLABLE, cancel_params
 from pgqueue.queries import QueryName
 
 
@@ -30,7 +31,8 @@ def cancel(job_id: int) -> Op[JobStatus]:
 
 
 def _cancel(job_id: int) -> Op[JobStatus]:
-    rows = yield Execute("job_cancel", {"job_ids": [job_id]})
+    params = cancel_params([job_id], None, None, CANCELLABLE, 1, reask=True)
+    rows = yield Execute("job_cancel", params)
     if rows:
         return JobStatus(rows[0][2])
     current = yield Execute("job_status", {"job_id": job_id}, fetch="one")

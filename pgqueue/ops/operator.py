@@ -36,6 +36,8 @@ def cancel_params(
     task: str | None,
     statuses: Sequence[str] | str,
     limit: int = 1000,
+    *,
+    reask: bool = False,
 ) -> dict[str, Any]:
     """Validated parameters of a bulk cancel (shared by the count and the batches)."""
     return {
@@ -44,12 +46,13 @@ def cancel_params(
         "task": validation.task_name(task) if task is not None else None,
         "statuses": _statuses(statuses),
         "limit": validation.positive_int("limit", limit, 100_000),
+        "reask": reask,  # ask a running job already asked to stop again
     }
 
 
 def cancel_batch(params: dict[str, Any]) -> Op[list[tuple[int, str, str]]]:
     """Cancel one batch; returns (job id, status before, status after) per job."""
-    rows = yield Execute("job_cancel_batch", params)
+    rows = yield Execute("job_cancel", params)
     return [(int(r[0]), r[1], r[2]) for r in rows]
 
 

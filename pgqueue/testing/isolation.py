@@ -12,8 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.ops import operator
-
 if TYPE_CHECKING:
     from pgqueue.app import App
 
@@ -70,7 +68,7 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
         yield app
     finally:
         try:
-            app.database.run(operator.drop_schema())
+            app.uninstall()
         finally:
             app.close()
             app.live_task_settings.clear()

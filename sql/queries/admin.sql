@@ -65,37 +65,6 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
 
--- name: job_cancel
--- Cancel live jobs by id (one job for app.cancel(), the selected jobs of the
--- dashboard): queued/scheduled ones end cancelled now, running ones are asked
--- to stop (their worker is told; it ends cancelled when the attempt ends);
--- a running job already asked is asked again. Waits for rows a lease holds,
--- unlike job_cancel_batch, which skips them to keep its batches moving.
--- NOTIFY payloads are those of pgqueue/events.py: 'f:<id>:<status>:<queue>'
--- for a finished job someone waits on, 'c:<id>' to a running job's worker.
--- Returns (id, status before, status after) per job; finished jobs are left
--- alone and return nothing.
-WITH target AS (
-    SELECT id, status FROM {schema}.jobs
-    WHERE id = ANY (%(job_ids)s::bigint[]) AND stage IN ('queued', 'scheduled', 'waiting')
-    ORDER BY id
-    FOR UPDATE
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
-        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
-        cancel_requested = true
-    FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish, j.queue
-), notified AS (
-    SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
-               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
-    FROM updated u WHERE u.status = 'running' OR u.notify_finish
-)
-SELECT u.id, t.status::text AS previous, u.status::text AS current
-FROM target t JOIN updated u ON u.id = t.id CROSS JOIN notified
-ORDER BY u.id;
-
 -- name: job_status
 -- The visible status of a job in the hot table or the archive.
 SELECT {schema}.visible_status(status, run_at) FROM {schema}.jobs WHERE id = %(job_id)s

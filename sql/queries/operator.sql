@@ -1,23 +1,28 @@
 -- Bulk operator statements: cancel by filter, delete a queue, drop the schema.
 
--- name: job_cancel_batch
--- Cancel up to %(limit)s live jobs chosen by ids and/or filters (each filter
--- optional; %(statuses)s are visible statuses: queued, scheduled, running).
--- Queued/scheduled ones end cancelled now; running ones are asked to stop.
--- A running job already asked to stop is not picked again, so repeated
--- batches end; rows a lease holds are skipped, not waited for. NOTIFY
--- payloads as job_cancel's (pgqueue/events.py). Returns (id, status before,
--- status after) per job.
+-- name: job_cancel
+-- The one cancel statement (app.cancel, cancel_many, the CLI, the dashboard):
+-- up to %(limit)s live jobs chosen by ids and/or filters (each filter
+-- optional; %(statuses)s are visible statuses: queued, scheduled, running,
+-- waiting). Queued, scheduled and waiting ones end cancelled now; running
+-- ones are asked to stop (their worker is told; the job ends cancelled when
+-- the attempt ends). A running job already asked is asked again only with
+-- %(reask)s (app.cancel), so that repeated batches end. Waits for rows a
+-- lease or a task's transaction holds. NOTIFY payloads are those of
+-- pgqueue/events.py: 'f:<id>:<status>:<queue>' for a finished job someone
+-- waits on, 'c:<id>' to a running job's worker. Returns (id, status before,
+-- status after) per job; finished jobs are left alone and return nothing.
 WITH target AS (
     SELECT id, status FROM {schema}.jobs
-    WHERE stage IN ('queued', 'scheduled', 'waiting') AND NOT cancel_requested
+    WHERE stage IN ('queued', 'scheduled', 'waiting')
+      AND (%(reask)s::boolean OR NOT cancel_requested)
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY (%(job_ids)s::bigint[]))
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR task = %(task)s::text)
       AND {schema}.visible_status(status, run_at) = ANY (%(statuses)s::text[])
     ORDER BY id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 ), updated AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,

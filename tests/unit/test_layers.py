@@ -41,3 +41,48 @@ def test_dashboard_handlers_do_not_import_the_route_table() -> None:
         if path.name in ("server.py", "__init__.py"):
             continue
         assert "pgqueue.dashboard.server" not in imports(path), path.name
+
+
+# Who may reach an App's Database (``app.database``) directly: the App itself,
+# the database layer, and the parts that run a worker loop with their own
+# operation context (the worker, pgqueue.testing's drain). The dashboard's own
+# read statements go through one gateway, dashboard/data.py. Everything else
+# (the CLI, the HTTP API, Django, tasks) goes through App's public methods.
+DATABASE_USERS = {
+    "app.py",
+    "app_async.py",
+    "app_sync.py",
+    "app_base.py",
+    "health.py",
+    "router.py",  # closes the async pool before its event loop ends
+    "dashboard/data.py",
+    "testing/drain.py",
+    "testing/isolation.py",  # copies the pool sizes into the test App
+    "telemetry/doctor.py",
+}
+
+
+def _database_reads(path: Path) -> list[int]:
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "database"
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+
+
+def test_only_the_app_and_its_named_parts_reach_its_database() -> None:
+    cli = PACKAGE.parent / "cli" / "pgqueue_cli"
+    candidates = [
+        (str(p.relative_to(PACKAGE)), p)
+        for p in PACKAGE.rglob("*.py")
+        if p.relative_to(PACKAGE).parts[0] != "worker"
+    ] + [(f"cli/{p.relative_to(cli)}", p) for p in cli.rglob("*.py")]
+    offenders = [
+        f"{name}:{line}"
+        for name, path in candidates
+        if name not in DATABASE_USERS
+        for line in _database_reads(path)
+    ]
+    assert offenders == []
