@@ -11,7 +11,7 @@ Enqueued(job_id=1, created=True)
 from pgqueue.app import App
 from pgqueue.context import JobContext
 
-# Task registry, settings, statistics, workers (0006).
+# Task registry, settings, statistics, workers.
 from pgqueue.errors import (
     ConnectionFailed,
     DatabaseError,
@@ -44,7 +44,7 @@ from pgqueue.errors import (
     WorkflowNotFound,
 )
 from pgqueue.events import JobEvent
-from pgqueue.health import HealthCheck, HealthReport
+from pgqueue.health_report import HealthCheck, HealthReport
 from pgqueue.middleware import Middleware
 from pgqueue.models import (
     ArchiveLayout,
@@ -134,7 +134,7 @@ __all__ = [
     "TableVacuum",
     "Task",
     "__version__",
-    # Task registry, settings, statistics, workers, routing (0006).
+    # Task registry, settings, statistics, workers, routing.
     "RoutedTask",
     "Router",
     "TaskInfo",

@@ -15,10 +15,10 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import health
+from pgqueue import health_report
 from pgqueue._adapters import ConnectionLike, async_connection
 from pgqueue.app_base import Age, AppBase, storable_result, task_options
-from pgqueue.health import HealthReport, HealthSettings
+from pgqueue.health_report import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
     Enqueued,
@@ -170,7 +170,8 @@ class AsyncAppOperations(AppBase):
         lease_seconds: float | None = None,
     ) -> list[LeasedJob]:
         """Lease up to ``max`` ready jobs of ``queue`` (a name, names, or None
-        for every queue) in DESIGN order; ``lease_seconds`` overrides the jobs' own."""
+        for every queue), highest priority first, then by run_at and id;
+        ``lease_seconds`` overrides the jobs' own."""
         return await self.database.run_async(
             consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
         )
@@ -258,7 +259,7 @@ class AsyncAppOperations(AppBase):
         """Cancel a job: queued or scheduled ones end ``cancelled`` now (returns
         cancelled); a running one is asked to stop and ends cancelled when its
         attempt ends (returns running). Cancelling a finished job is an error."""
-        return await self.database.run_async(admin.cancel(job_id))
+        return await self.database.run_async(operator.cancel(job_id))
 
     async def cancel_many_async(
         self,
@@ -498,7 +499,9 @@ class AsyncAppOperations(AppBase):
         ``report.ok`` is the verdict; an unreachable database or unmigrated
         schema is a failed check in the report, not an exception."""
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
-        return await health.run_async(self.database, health_ops.check(self.op_context, settings))
+        return await health_report.run_async(
+            self.database, health_ops.check(self.op_context, settings)
+        )
 
     # --- task registry, settings, limits, statistics, workers -----------------
 

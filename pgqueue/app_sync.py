@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import health
+from pgqueue import health_report
 from pgqueue._adapters import ConnectionLike, sync_connection
 from pgqueue.app_base import Age, AppBase, storable_result, task_options
-from pgqueue.health import HealthReport, HealthSettings
+from pgqueue.health_report import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
     Enqueued,
@@ -166,7 +166,8 @@ class AppOperations(AppBase):
         lease_seconds: float | None = None,
     ) -> list[LeasedJob]:
         """Lease up to ``max`` ready jobs of ``queue`` (a name, names, or None
-        for every queue) in DESIGN order; ``lease_seconds`` overrides the jobs' own."""
+        for every queue), highest priority first, then by run_at and id;
+        ``lease_seconds`` overrides the jobs' own."""
         return self.database.run(
             consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
         )
@@ -250,7 +251,7 @@ class AppOperations(AppBase):
         """Cancel a job: queued or scheduled ones end ``cancelled`` now (returns
         cancelled); a running one is asked to stop and ends cancelled when its
         attempt ends (returns running). Cancelling a finished job is an error."""
-        return self.database.run(admin.cancel(job_id))
+        return self.database.run(operator.cancel(job_id))
 
     def cancel_many(
         self,
@@ -486,7 +487,7 @@ class AppOperations(AppBase):
         ``report.ok`` is the verdict; an unreachable database or unmigrated
         schema is a failed check in the report, not an exception."""
         settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
-        return health.run(self.database, health_ops.check(self.op_context, settings))
+        return health_report.run(self.database, health_ops.check(self.op_context, settings))
 
     # --- task registry, settings, limits, statistics, workers -----------------
 

@@ -298,7 +298,7 @@ def _is_connection_error(exc: psycopg.Error) -> bool:
 # reuse a generic plan made when the table had other statistics (empty, or
 # before autovacuum saw a sudden backlog) and scan the whole table. Custom
 # plans cost 0.02-0.3 ms per statement; the two functions on the latency path
-# (lease_jobs, enqueue_batch) cache plans whose shape they pin (migration 0004).
+# (lease_jobs, enqueue_batch) cache plans whose shape they pin (sql/schema.sql).
 SESSION_SETUP = "SET plan_cache_mode = force_custom_plan; SET jit = off"
 
 

@@ -5,7 +5,7 @@ Three kinds, each a superset of the one before:
 ``producer``
     Enqueue (the SQL functions ``enqueue`` and ``enqueue_batch``, which run as
     their owner since revision 0003, and the App's fast paths ``enqueue_job``
-    and ``enqueue_payloads`` of revision 0012) and read jobs: ``get_job``,
+    and ``enqueue_payloads``) and read jobs: ``get_job``,
     ``list_jobs``, ``result`` (``watch_job``), ``job_status``. No INSERT,
     UPDATE or DELETE on any table: it can neither lock nor change a job row.
 ``worker``
@@ -71,7 +71,7 @@ _RESERVED = {"public", "none"}
 # identifiers. No role but the admin may write to the hot tables (jobs,
 # job_attempts, queues, queue_lease_log) or lock their rows: every change
 # goes through the SECURITY DEFINER functions below, which check what the
-# caller may do (revision 0005).
+# caller may do.
 _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The App reads the schema revision before its first statement.
     ("SELECT", ("alembic_version", "jobs", "jobs_archive", "job_attempts")),
@@ -80,10 +80,10 @@ _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The worker's "when is the next job due" and the scheduler's "what is due".
-    # Its own registration goes through register_worker & co. (0013), which
+    # Its own registration goes through register_worker & co., which
     # write only the row whose secret the caller presents.
     ("SELECT", ("queues", "queue_lease_log", "schedules", "limits", "workers")),
-    # Task registry (0006): the worker's cache of live task settings and the
+    # Task registry: the worker's cache of live task settings and the
     # registry it publishes to (through publish_tasks). Limited tasks' rows are
     # locked and their leases logged inside lease_jobs (SECURITY DEFINER).
     ("SELECT", ("tasks", "task_settings")),
@@ -104,7 +104,7 @@ _WORKER_FUNCTIONS = (
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
     # Its own registration, heartbeat and deregistration, and the reaper's
-    # bookkeeping of silent workers (0013).
+    # bookkeeping of silent workers.
     "register_worker", "heartbeat_worker", "deregister_worker", "mark_lost_workers",
     "prune_lost_workers",
     # The SQL worker API.

@@ -289,8 +289,8 @@ class TaskStats:
 class WorkerInfo:
     """A registered worker: ``state`` is ``"alive"``, ``"stale"`` (heartbeat
     late) or ``"lost"`` (declared lost at ``lost_at``); ``running`` counts the
-    jobs it still holds; ``version`` is its pgqueue version (None: registered
-    by a pgqueue older than schema revision 0013)."""
+    jobs it still holds; ``version`` is its pgqueue version (None: the worker
+    did not report one)."""
 
     id: str
     host: str

@@ -79,7 +79,7 @@ QueryName = Literal[
     "health_stuck_jobs",
     "health_dead_workers",
     "health_queue_backlog",
-    # task registry, task settings and limits, task stats, worker states (0006)
+    # task registry, task settings and limits, task stats, worker states
     "task_publish",
     "task_settings_all",
     "task_settings_upsert",

@@ -29,7 +29,7 @@ class Backoff:
     jitter: float = 0.1
 
     def __post_init__(self) -> None:
-        # The database refuses the same (check_job, migration 0005); NaN fails every test.
+        # The database refuses the same (check_job in sql/schema.sql); NaN fails every test.
         if not (0 <= self.base <= MAX_BACKOFF_SECONDS and 0 <= self.max <= MAX_BACKOFF_SECONDS):
             raise InvalidOption(
                 f"Backoff base and max must be from 0 to {MAX_BACKOFF_SECONDS} seconds (one year)"

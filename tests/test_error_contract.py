@@ -182,7 +182,7 @@ def test_every_sync_app_method_has_an_async_twin_with_the_same_signature() -> No
         async_fn = getattr(pgqueue.App, async_name)
         sync_sig = inspect.signature(sync_fn)
         async_sig = inspect.signature(async_fn)
-        if sync_name == "subscribe":  # context managers: a sync and an async stream
+        if sync_name in ("subscribe", "transaction"):  # sync and async context managers
             async_sig = async_sig.replace(return_annotation=sync_sig.return_annotation)
         else:
             assert inspect.iscoroutinefunction(async_fn), async_name

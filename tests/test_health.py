@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue.health import HealthCheck, HealthReport
+from pgqueue.health_report import HealthCheck, HealthReport
 from pgqueue.ops.health import ServerClock, _clock_check, check
 from pgqueue.ops.maintenance import VACUUM_TABLES
 from pgqueue.queries import queries_for
@@ -136,7 +136,7 @@ def test_clock_skew_is_measured_against_the_midpoint_of_the_round_trip() -> None
     sent = datetime(2026, 1, 1, tzinfo=UTC)
     clock = iter([sent, sent + timedelta(seconds=2)])
     app = pgqueue.App("postgresql://unused@127.0.0.1/x")
-    op = check(app.op_context, pgqueue.health.HealthSettings(), lambda: next(clock))
+    op = check(app.op_context, pgqueue.health_report.HealthSettings(), lambda: next(clock))
     step = next(op)
     assert step.query == "health_server"
     step = op.send({"server_now": sent + timedelta(seconds=31), "server_version": "15"})

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 import pgqueue
-from pgqueue.health import unreachable
+from pgqueue.health_report import unreachable
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
 from pgqueue_cli.errors import FAILURE, one_line

@@ -1,4 +1,5 @@
-"""Changing jobs and queues: cancel, replay, requeue dead jobs, queue controls."""
+"""Changing jobs and queues: replay, requeue dead jobs, queue pause and limits
+(cancels are in :mod:`pgqueue.ops.operator`)."""
 
 from __future__ import annotations
 
@@ -17,28 +18,9 @@ from pgqueue.errors import (
     JobNotFound,
     PermissionDenied,
 )
-from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _job_id
-from pgqueue.ops.operator import CANCELLABLE, cancel_params
 from pgqueue.queries import QueryName
-
-
-def cancel(job_id: int) -> Op[JobStatus]:
-    """Cancel a job: queued/scheduled end cancelled now (returned status
-    ``cancelled``); running ones are asked to stop (returned ``running``)."""
-    return _cancel(_job_id(job_id))
-
-
-def _cancel(job_id: int) -> Op[JobStatus]:
-    params = cancel_params([job_id], None, None, CANCELLABLE, 1, reask=True)
-    rows = yield Execute("job_cancel", params)
-    if rows:
-        return JobStatus(rows[0][2])
-    current = yield Execute("job_status", {"job_id": job_id}, fetch="one")
-    if current is None:
-        raise JobNotFound(job_id)
-    raise InvalidJobState(f"job {job_id} already finished ({current[0]}): nothing to cancel")
 
 
 def replay(

@@ -1,5 +1,5 @@
 """The health checks: connection and clock, schema revision, stuck jobs, dead
-workers and queue backlog (see :mod:`pgqueue.health` for the report).
+workers and queue backlog (see :mod:`pgqueue.health_report` for the report).
 
 The facts behind them (:func:`server_clock`, :func:`schema_revision`,
 :func:`stuck_jobs`, :func:`silent_workers`, :func:`queue_backlog`) are
@@ -15,7 +15,7 @@ from typing import Any
 
 from pgqueue.errors import SchemaNotMigrated
 from pgqueue.explain import fmt_span
-from pgqueue.health import DeadWorker, HealthCheck, HealthReport, HealthSettings
+from pgqueue.health_report import DeadWorker, HealthCheck, HealthReport, HealthSettings
 from pgqueue.ops import Execute, Op, OpContext
 from pgqueue.version import SCHEMA_REVISION
 

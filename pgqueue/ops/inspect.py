@@ -298,7 +298,7 @@ def _explain(job_id: int) -> Op[str]:
         context = (
             yield Execute("job_wait_context", {"job_id": job_id}, fetch="one", rows="dict")
         ) or {}
-        # The task's limits and whether a live worker knows it (0006).
+        # The task's limits and whether a live worker knows it.
         task_context = yield Execute(
             "task_wait_context",
             {"task": row["task"], "alive_seconds": 60.0},

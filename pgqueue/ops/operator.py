@@ -1,5 +1,6 @@
-"""Bulk operator actions: cancel jobs by ids or filters, delete a queue, and
-what ``pgqueue uninstall`` drops (SQL in ``sql/queries/operator.sql``)."""
+"""Operator actions: cancel jobs (one, by ids or by filters: the one
+``job_cancel`` statement), delete a queue, and what ``pgqueue uninstall``
+drops (SQL in ``sql/queries/operator.sql``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgqueue import validation
-from pgqueue.errors import InvalidJobState, InvalidName, InvalidOption
+from pgqueue.errors import InvalidJobState, InvalidName, InvalidOption, JobNotFound
+from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
 from pgqueue.ops.inspect import _job_id
 
@@ -48,6 +50,23 @@ def cancel_params(
         "limit": validation.positive_int("limit", limit, 100_000),
         "reask": reask,  # ask a running job already asked to stop again
     }
+
+
+def cancel(job_id: int) -> Op[JobStatus]:
+    """Cancel a job: queued/scheduled end cancelled now (returned status
+    ``cancelled``); running ones are asked to stop (returned ``running``)."""
+    return _cancel(_job_id(job_id))
+
+
+def _cancel(job_id: int) -> Op[JobStatus]:
+    params = cancel_params([job_id], None, None, CANCELLABLE, 1, reask=True)
+    rows = yield Execute("job_cancel", params)
+    if rows:
+        return JobStatus(rows[0][2])
+    current = yield Execute("job_status", {"job_id": job_id}, fetch="one")
+    if current is None:
+        raise JobNotFound(job_id)
+    raise InvalidJobState(f"job {job_id} already finished ({current[0]}): nothing to cancel")
 
 
 def cancel_batch(params: dict[str, Any]) -> Op[list[tuple[int, str, str]]]:

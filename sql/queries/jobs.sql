@@ -45,7 +45,7 @@ FROM {schema}.ack_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(resul
 -- Record failed attempts: requeue with the given retry time or the job's
 -- backoff, or dead-letter (permanent, or attempts exhausted), or cancel (a
 -- cancel was requested), or hand back unknown tasks within their grace
--- (%(graces)s, see fail_jobs of 0006). Returns (id, attempt_id, status) of
+-- (%(graces)s, see fail_jobs in sql/schema.sql). Returns (id, attempt_id, status) of
 -- the attempts that held their lease.
 SELECT job_id, attempt_id, status
 FROM {schema}.fail_jobs(

@@ -12,7 +12,7 @@ FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
 -- name: job_lease_observed
 -- job_lease plus, for metrics and tracing, each job's wait (seconds: from
 -- run_at to the attempt's start, lease_expires_at - lease_seconds) and trace
--- context: the same lease_jobs call, two more of its columns (0016).
+-- context: the same lease_jobs call, two more of its columns.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
        extract(epoch FROM lease_expires_at - run_at)::float8 - lease_seconds AS wait_seconds,
        trace_context, tags, meta

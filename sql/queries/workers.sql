@@ -2,7 +2,7 @@
 
 -- name: worker_register
 -- Register (or re-register) this worker process, fenced by its secret: a
--- row of that id under another secret is refused (0013).
+-- row of that id under another secret is refused.
 SELECT {schema}.register_worker(
     %(worker_id)s, %(token)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
     %(tasks)s::text[], %(version)s);

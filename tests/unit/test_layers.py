@@ -53,7 +53,7 @@ DATABASE_USERS = {
     "app_async.py",
     "app_sync.py",
     "app_base.py",
-    "health.py",
+    "health_report.py",
     "router.py",  # closes the async pool before its event loop ends
     "dashboard/data.py",
     "testing/drain.py",
