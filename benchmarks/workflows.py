@@ -63,7 +63,7 @@ EXPLAIN_ACK = "EXPLAIN (ANALYZE, FORMAT JSON) " + ACK
 # a checkpoint logs the whole page, whichever statement happens to touch it.
 WAL_NO_FPI = (
     "SELECT coalesce(sum(record_length - fpi_length), 0)::bigint"
-    " FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)"
+    " FROM pg_get_wal_records_info(%s::pg_lsn, least(%s::pg_lsn, pg_current_wal_flush_lsn()))"
 )
 
 
