@@ -46,6 +46,14 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("enqueue_python", "Python enqueue/s", True),
         ("lease_ack_python", "Python lease+ack_many/s", True),
     ],
+    "workflows": [
+        ("enqueue_ratio", "fan-in enqueue/plain time", False),
+        ("leaf_ack_batch1_1p_cpu_ratio", "leaf/plain ack CPU 1p", False),
+        ("leaf_ack_batch1_2p_cpu_ratio", "... 2p", False),
+        ("leaf_ack_batch1_2p_time_ratio", "leaf/plain ack time 2p", False),
+        ("leaf_ack_batch100_2p_cpu_ratio", "... batch 100 CPU 2p", False),
+        ("releasing_ack_ratio", "releasing/ordinary ack", False),
+    ],
     "soak": [
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),

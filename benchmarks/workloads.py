@@ -13,9 +13,10 @@ from benchmarks import cpu
 from benchmarks.adapters.base import System
 from benchmarks.common import percentile
 from benchmarks.dashboard import w_dashboard
-from benchmarks.http import w_http
 from benchmarks.db import MonitorConnection, Server, table_stats
+from benchmarks.http import w_http
 from benchmarks.workers import WorkerGroup
+from benchmarks.workflows import w_workflows
 
 
 @dataclass
@@ -503,6 +504,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "soak": w_soak,
     "dashboard": w_dashboard,
     "http": w_http,
+    "workflows": w_workflows,
 }
 
 ALIASES: dict[str, list[str]] = {

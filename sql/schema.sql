@@ -803,12 +803,12 @@ BEGIN
         INSERT INTO {schema}.workflows (id, name) VALUES (v_workflow, p_name);
     END IF;
 
-    INSERT INTO {schema}.job_dependencies (depends_on, job_id, counted)
-    SELECT v_ids[a.idx::integer + 1], v_ids[s.ord], false
+    INSERT INTO {schema}.job_dependencies (depends_on, job_id)
+    SELECT v_ids[a.idx::integer + 1], v_ids[s.ord]
     FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
          jsonb_array_elements_text(coalesce(s.step -> 'after', '[]')) a(idx)
     UNION
-    SELECT d.id_text::bigint, v_ids[s.ord], d.id_text::bigint = ANY (v_ended)
+    SELECT d.id_text::bigint, v_ids[s.ord]
     FROM jsonb_array_elements(p_steps) WITH ORDINALITY s(step, ord),
          jsonb_array_elements_text(coalesce(s.step -> 'depends_on', '[]')) d(id_text);
 
@@ -1509,32 +1509,57 @@ $$;
 CREATE FUNCTION {schema}.jobs_release_dependents() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
--- A job with dependents ended (or was deleted while live): count it off
--- each dependent in this same transaction, O(its dependents), and settle
--- those whose dependencies are all decided.
+-- Jobs with dependents ended (or were deleted while live, or were put back
+-- after ending) in the statement that queued this call: the triggers' WHEN
+-- noted each (note_dependency_end) and queued only the first. Count them
+-- all off their dependents in this same transaction: one update per
+-- dependent and statement however many of its dependencies the statement
+-- ended (an ack of 500 leaves of one callback writes its counter once),
+-- O(their dependents), no scan of siblings. Then settle the dependents
+-- whose dependencies are all decided.
 DECLARE
-    v_status text := CASE WHEN TG_OP = 'DELETE' THEN 'cancelled' ELSE NEW.status::text END;
-    v_id     bigint := CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END;
+    v_notes  text := pg_catalog.current_setting('pgqueue.ended_dependencies', true);
     v_settle bigint[];
 BEGIN
-    -- Each edge is counted off once: a dependency that ends, is requeued
-    -- (a dead job put back) and ends again does not count twice.
-    WITH edges AS (
-        UPDATE {schema}.job_dependencies d SET counted = true
-        WHERE d.depends_on = v_id AND NOT d.counted
-        RETURNING d.job_id
+    IF v_notes IS NULL OR v_notes = '' THEN
+        RETURN NULL;
+    END IF;
+    -- Emptied first: a cancellation this causes notes (and flushes) anew.
+    PERFORM pg_catalog.set_config('pgqueue.ended_dependencies', '', true);
+    WITH noted AS (
+        -- Per job: +1 ended, -1 put back after ending (requeued), 0 both;
+        -- and how it ended last ('s' succeeded, 'f' dead or cancelled).
+        SELECT substr(n.note, 2)::bigint AS id,
+               sum(CASE WHEN left(n.note, 1) = 'u' THEN -1 ELSE 1 END) AS delta,
+               (array_agg(left(n.note, 1) ORDER BY n.ord DESC))[1] AS last
+        FROM unnest(string_to_array(v_notes, ',')) WITH ORDINALITY n(note, ord)
+        GROUP BY 1
+    ), dependents AS (
+        SELECT d.job_id, sum(n.delta)::integer AS delta,
+               min(n.id) FILTER (WHERE n.delta > 0 AND n.last = 'f') AS failed,
+               array_agg(n.id) FILTER (WHERE n.delta < 0) AS reopened
+        FROM noted n
+        JOIN {schema}.job_dependencies d ON d.depends_on = n.id
+        WHERE n.delta <> 0
+        GROUP BY d.job_id
+        ORDER BY d.job_id
     ), counted AS (
+        -- pending: the dependencies that have not ended, whatever the
+        -- dependent's own state (a requeued dependency counts again).
         UPDATE {schema}.job_waits w
-        SET pending = w.pending - 1,
-            blocker = CASE WHEN v_status IN ('dead', 'cancelled')
-                           THEN coalesce(w.blocker, v_id) ELSE w.blocker END
-        FROM edges e
-        WHERE w.job_id = e.job_id AND w.pending > 0
+        SET pending = w.pending - p.delta,
+            blocker = CASE WHEN p.failed IS NOT NULL THEN coalesce(w.blocker, p.failed)
+                           WHEN w.blocker = ANY (p.reopened) THEN NULL
+                           ELSE w.blocker END
+        FROM dependents p
+        WHERE w.job_id = p.job_id
         RETURNING w.job_id, w.pending, w.blocker, w.allow_failed
     )
     SELECT array_agg(c.job_id) INTO v_settle FROM counted c
     WHERE c.pending = 0 OR (c.blocker IS NOT NULL AND NOT c.allow_failed);
-    PERFORM {schema}.settle_waiting(v_settle);
+    IF v_settle IS NOT NULL THEN
+        PERFORM {schema}.settle_waiting(v_settle);
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -1939,6 +1964,30 @@ CREATE FUNCTION {schema}.nack(job_id bigint, attempt_id bigint) RETURNS boolean
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
     SELECT count(*) > 0 FROM {schema}.release_jobs(ARRAY[job_id], ARRAY[attempt_id])
+$$;
+
+CREATE FUNCTION {schema}.note_dependency_end(p_note text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+-- The WHEN of the jobs_release_dependents_* triggers, for a row of a job
+-- with dependents that ends ('s' || id: succeeded; 'f' || id: dead,
+-- cancelled, or deleted while live) or is put back after ending ('u' ||
+-- id): appends the note to the transaction-local setting
+-- pgqueue.ended_dependencies. True, queuing the trigger, only for the
+-- first note since the last flush: the AFTER ROW triggers of a statement
+-- fire once all its rows are written, so that one call of
+-- jobs_release_dependents counts the whole statement off at once. (A
+-- rolled back subtransaction takes its notes and its queued call along.)
+DECLARE
+    v_notes text := pg_catalog.current_setting('pgqueue.ended_dependencies', true);
+BEGIN
+    IF v_notes IS NULL OR v_notes = '' THEN
+        PERFORM pg_catalog.set_config('pgqueue.ended_dependencies', p_note, true);
+        RETURN true;
+    END IF;
+    PERFORM pg_catalog.set_config('pgqueue.ended_dependencies', v_notes || ',' || p_note, true);
+    RETURN false;
+END;
 $$;
 
 CREATE FUNCTION {schema}.notify_enqueued(p_queue text, p_count bigint, p_ready bigint, p_job_id bigint) RETURNS void
@@ -2457,8 +2506,7 @@ CREATE TABLE {schema}.job_attempts (
 
 CREATE TABLE {schema}.job_dependencies (
     depends_on bigint NOT NULL,
-    job_id bigint NOT NULL,
-    counted boolean DEFAULT false NOT NULL
+    job_id bigint NOT NULL
 );
 
 CREATE TABLE {schema}.job_waits (
@@ -2753,9 +2801,14 @@ CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log USING btree (task, le
 
 CREATE INDEX workflows_created_idx ON {schema}.workflows USING btree (created_at);
 
-CREATE TRIGGER jobs_release_dependents_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN ((old.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
+CREATE TRIGGER jobs_release_dependents_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN ((old.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) AND {schema}.note_dependency_end(('f'::text || old.id)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
 
-CREATE TRIGGER jobs_release_dependents_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) AND (new.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
+CREATE TRIGGER jobs_release_dependents_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.has_dependents AND ((old.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) <> (new.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]))) AND {schema}.note_dependency_end((
+        CASE
+            WHEN (new.stage = 'succeeded'::{schema}.job_status) THEN 's'::text
+            WHEN (new.stage = ANY (ARRAY['dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) THEN 'f'::text
+            ELSE 'u'::text
+        END || new.id)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
 
 CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
 
@@ -2849,6 +2902,8 @@ REVOKE ALL ON FUNCTION {schema}.lease_jobs_observed(p_queues text[], p_worker_id
 REVOKE ALL ON FUNCTION {schema}.mark_lost_workers(p_seconds double precision) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.nack(job_id bigint, attempt_id bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.note_dependency_end(p_note text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.notify_enqueued(p_queue text, p_count bigint, p_ready bigint, p_job_id bigint) FROM PUBLIC;
 
