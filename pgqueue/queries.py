@@ -29,7 +29,6 @@ QueryName = Literal[
     "workflow_steps",
     "workflow_edges",
     "workflow_list",
-    "workflow_cancel",
     "job_dependencies",
     "job_ack_many",
     "job_fail_many",

@@ -90,6 +90,8 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
             "statuses": ["queued", "scheduled", "running", "waiting"],
             "limit": 3,
             "reask": False,
+            "workflow_id": None,
+            "reason": None,
         },
         {"jobs_pkey"},
     ),

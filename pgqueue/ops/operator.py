@@ -40,6 +40,8 @@ def cancel_params(
     limit: int = 1000,
     *,
     reask: bool = False,
+    workflow_id: int | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     """Validated parameters of a bulk cancel (shared by the count and the batches)."""
     return {
@@ -49,6 +51,8 @@ def cancel_params(
         "statuses": _statuses(statuses),
         "limit": validation.positive_int("limit", limit, 100_000),
         "reask": reask,  # ask a running job already asked to stop again
+        "workflow_id": workflow_id,
+        "reason": reason,  # the last_error of the jobs it cancels
     }
 
 

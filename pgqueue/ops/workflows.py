@@ -15,6 +15,7 @@ from pgqueue.models import Enqueued, Job, JobSpec, JobStatus
 from pgqueue.ops import Execute, Op, OpContext
 from pgqueue.ops.enqueue import _JobBuilder
 from pgqueue.ops.inspect import _job_id, job_from_row
+from pgqueue.ops.operator import CANCELLABLE, cancel_params
 
 if TYPE_CHECKING:
     from pgqueue.workflow import Workflow, WorkflowInfo, WorkflowRun
@@ -171,8 +172,15 @@ def cancel_workflow(workflow_id: int) -> Op[int]:
     head = yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one")
     if head is None:
         raise WorkflowNotFound(ident)
-    rows = yield Execute("workflow_cancel", {"workflow_id": ident})
-    return len(rows)
+    params = cancel_params(
+        None, None, None, CANCELLABLE, 10_000, workflow_id=ident, reason="workflow cancelled"
+    )
+    touched = 0
+    while True:  # batches of 10,000: running steps already asked are not picked again
+        rows = yield Execute("job_cancel", params)
+        touched += len(rows)
+        if len(rows) < params["limit"]:
+            return touched
 
 
 def dependencies(job_id: int) -> Op[tuple[int | None, list[tuple[str, str, Any]]]]:

@@ -1,10 +1,11 @@
 -- Bulk operator statements: cancel by filter, delete a queue, drop the schema.
 
 -- name: job_cancel
--- The one cancel statement (app.cancel, cancel_many, the CLI, the dashboard):
--- up to %(limit)s live jobs chosen by ids and/or filters (each filter
--- optional; %(statuses)s are visible statuses: queued, scheduled, running,
--- waiting). Queued, scheduled and waiting ones end cancelled now; running
+-- The one cancel statement (app.cancel, cancel_many, cancel_workflow, the CLI,
+-- the dashboard): up to %(limit)s live jobs chosen by ids and/or filters (each
+-- filter optional; %(statuses)s are visible statuses: queued, scheduled,
+-- running, waiting; %(workflow_id)s: the steps of one workflow). A job that
+-- ends cancelled gets %(reason)s as its last_error when one is given. Queued, scheduled and waiting ones end cancelled now; running
 -- ones are asked to stop (their worker is told; the job ends cancelled when
 -- the attempt ends). A running job already asked is asked again only with
 -- %(reask)s (app.cancel), so that repeated batches end. Waits for rows a
@@ -19,6 +20,9 @@ WITH target AS (
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY (%(job_ids)s::bigint[]))
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR task = %(task)s::text)
+      AND (%(workflow_id)s::bigint IS NULL
+           OR id IN (SELECT job_id FROM {schema}.job_waits
+                     WHERE workflow_id = %(workflow_id)s::bigint))
       AND {schema}.visible_status(status, run_at) = ANY (%(statuses)s::text[])
     ORDER BY id
     LIMIT %(limit)s
@@ -27,6 +31,8 @@ WITH target AS (
     UPDATE {schema}.jobs j
     SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
         finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
+        last_error = CASE WHEN t.status = 'running' THEN j.last_error
+                          ELSE coalesce(%(reason)s::text, j.last_error) END,
         cancel_requested = true
     FROM target t WHERE j.id = t.id
     RETURNING j.id, j.status, j.notify_finish, j.queue

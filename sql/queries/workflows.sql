@@ -57,32 +57,6 @@ WHERE %(status)s::text IS NULL OR l.status = %(status)s::text
 ORDER BY l.id DESC
 LIMIT %(limit)s;
 
--- name: workflow_cancel
--- Cancel a workflow's live steps: waiting, queued and scheduled ones end
--- cancelled now, running ones are asked to stop. Returns the ids touched.
-WITH target AS (
-    SELECT j.id, j.status FROM {schema}.jobs j
-    JOIN {schema}.job_waits s ON s.job_id = j.id
-    WHERE s.workflow_id = %(workflow_id)s
-      AND j.stage IN ('queued', 'scheduled', 'waiting') AND NOT j.cancel_requested
-    ORDER BY j.id
-    FOR UPDATE OF j
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
-        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
-        last_error = CASE WHEN t.status = 'running' THEN j.last_error
-                          ELSE 'workflow cancelled' END,
-        cancel_requested = true
-    FROM target t WHERE j.id = t.id
-    RETURNING j.id, j.status, j.notify_finish, j.queue
-), notified AS (
-    SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
-               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
-    FROM updated u WHERE u.status = 'running' OR u.notify_finish
-)
-SELECT u.id FROM updated u CROSS JOIN notified ORDER BY u.id;
-
 -- name: job_dependencies
 -- A job's workflow and its direct dependencies: step name (the job id as
 -- text for a plain depends_on), status and stored result.
