@@ -94,7 +94,7 @@ _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _PRODUCER_FUNCTIONS = (
     "enqueue", "enqueue_batch", "enqueue_windowed", "enqueue_batch_traced", "enqueue_job",
     "enqueue_payloads",
-    "visible_status",
+    "visible_status", "finished_payload",
     "watch_job", "job_status",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (

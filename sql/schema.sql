@@ -84,7 +84,7 @@ BEGIN
         -- Finished: tell result() waiters. A freed slot of a queue with a
         -- concurrency limit: its workers recompute when to wake.
         SELECT count(pg_notify({channel}, n.payload)) AS n
-        FROM (SELECT 'f:' || f.id || ':' || f.status || ':' || f.queue AS payload
+        FROM (SELECT {schema}.finished_payload(f.id, f.status, f.queue) AS payload
               FROM finished f WHERE f.notify_finish
               UNION ALL
               SELECT 'w:' || q.queue
@@ -1424,7 +1424,7 @@ WITH clock AS MATERIALIZED (
     -- Finished: tell result() waiters. Retried now: new ready work; retried
     -- later or a freed slot: the queue's workers recompute when to wake.
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+    FROM (SELECT {schema}.finished_payload(u.id, u.status, u.queue) AS payload
           FROM decided d JOIN updated u ON u.id = d.job_id
           WHERE d.notify_finish AND d.next NOT IN ('retry', 'defer', 'snooze')
           UNION
@@ -1438,6 +1438,15 @@ SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified
 $q$ USING p_job_ids, p_attempt_ids, p_outcomes, p_retry_ats, p_retry_delays, p_permanent, p_error_codes, p_error_messages, p_tracebacks, p_now, p_graces;
 END;
 $_$;
+
+CREATE FUNCTION {schema}.finished_payload(p_id bigint, p_status {schema}.job_status, p_queue text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    -- The one NOTIFY payload of a finished job, 'f:<id>:<status>:<queue>'
+    -- (pgqueue/events.py parses it): every statement that ends a job someone
+    -- waits on (notify_finish) sends it through here.
+    SELECT 'f:' || p_id || ':' || p_status::text || ':' || p_queue
+$$;
 
 CREATE FUNCTION {schema}.fire_schedules(p_names text[], p_due_at timestamp with time zone[], p_revisions bigint[], p_created_at timestamp with time zone[], p_next_fire_at timestamp with time zone[], p_last_fire_at timestamp with time zone[], p_jobs jsonb[]) RETURNS TABLE(name text, job_ids bigint[])
     LANGUAGE sql SECURITY DEFINER
@@ -2159,7 +2168,7 @@ WITH clock AS MATERIALIZED (
     FROM decided d
 ), notified AS (
     SELECT count(pg_notify({channel}, n.payload)) AS n
-    FROM (SELECT 'f:' || u.id || ':' || u.status || ':' || u.queue AS payload
+    FROM (SELECT {schema}.finished_payload(u.id, u.status, u.queue) AS payload
           FROM decided d JOIN updated u ON u.id = d.id
           WHERE d.notify_finish AND d.next <> 'retry'
           UNION
@@ -2414,36 +2423,39 @@ CREATE FUNCTION {schema}.settle_waiting(p_job_ids bigint[]) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
--- Waiting jobs whose dependencies decided their fate: cancelled when one
--- ended dead or cancelled and allow_failed is false, else queued once none
--- is pending. Cancelling one releases its own dependents (the trigger), so
--- a failure propagates down the graph.
+-- Waiting jobs whose dependencies decided their fate, in one statement:
+-- cancelled when one ended dead or cancelled and allow_failed is false, else
+-- queued (or scheduled) once none is pending. Cancelling one releases its
+-- own dependents (the trigger), so a failure propagates down the graph; a
+-- cancelled job someone waits on is announced as finished.
 DECLARE
-    v_queues text[];
+    v_notified bigint;
 BEGIN
     IF p_job_ids IS NULL OR cardinality(p_job_ids) = 0 THEN
         RETURN;
     END IF;
-    UPDATE {schema}.jobs j
-    SET status = 'cancelled', finished_at = now(),
-        last_error = format('dependency %s ended %s', w.blocker,
+    WITH settled AS (
+        UPDATE {schema}.jobs j
+        SET status = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed THEN 'cancelled'
+                          WHEN j.run_at > now() THEN 'scheduled'
+                          ELSE 'queued' END::{schema}.job_status,
+            finished_at = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed THEN now()
+                               ELSE j.finished_at END,
+            last_error = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed
+                THEN format('dependency %s ended %s', w.blocker,
                             coalesce((SELECT b.status::text FROM {schema}.jobs b WHERE b.id = w.blocker),
                                      (SELECT a.status::text FROM {schema}.jobs_archive a WHERE a.id = w.blocker)))
-    FROM {schema}.job_waits w
-    WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
-      AND w.blocker IS NOT NULL AND NOT w.allow_failed;
-    WITH released AS (
-        UPDATE {schema}.jobs j
-        SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
+                ELSE j.last_error END
         FROM {schema}.job_waits w
         WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
-          AND w.pending = 0
-        RETURNING j.queue, j.status
+          AND (w.pending = 0 OR w.blocker IS NOT NULL AND NOT w.allow_failed)
+        RETURNING j.id, j.queue, j.status, j.notify_finish
     )
-    SELECT array_agg(DISTINCT r.queue) INTO v_queues FROM released r WHERE r.status = 'queued';
-    IF v_queues IS NOT NULL THEN
-        PERFORM pg_notify({channel}, 'j:' || q) FROM unnest(v_queues) q;
-    END IF;
+    SELECT count(pg_notify({channel}, n.payload)) INTO v_notified
+    FROM (SELECT DISTINCT 'j:' || s.queue AS payload FROM settled s WHERE s.status = 'queued'
+          UNION ALL
+          SELECT {schema}.finished_payload(s.id, s.status, s.queue)
+          FROM settled s WHERE s.status = 'cancelled' AND s.notify_finish) n;
 END;
 $$;
 
@@ -2470,7 +2482,7 @@ CREATE FUNCTION {schema}.watch_job(p_job_id bigint) RETURNS text
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 UPDATE {schema}.jobs SET notify_finish = true
-WHERE id = p_job_id AND status IN ('queued', 'scheduled', 'running') AND NOT notify_finish
+WHERE id = p_job_id AND status IN ('queued', 'scheduled', 'running', 'waiting') AND NOT notify_finish
 RETURNING status::text;
 $$;
 
@@ -2878,6 +2890,8 @@ REVOKE ALL ON FUNCTION {schema}.extend_jobs(p_job_ids bigint[], p_attempt_ids bi
 REVOKE ALL ON FUNCTION {schema}.fail(job_id bigint, attempt_id bigint, error text, retry_at timestamp with time zone, permanent boolean) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.fail_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_outcomes text[], p_retry_ats timestamp with time zone[], p_retry_delays double precision[], p_permanent boolean[], p_error_codes text[], p_error_messages text[], p_tracebacks text[], p_now timestamp with time zone, p_graces double precision[]) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION {schema}.finished_payload(p_id bigint, p_status {schema}.job_status, p_queue text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.fire_schedules(p_names text[], p_due_at timestamp with time zone[], p_revisions bigint[], p_created_at timestamp with time zone[], p_next_fire_at timestamp with time zone[], p_last_fire_at timestamp with time zone[], p_jobs jsonb[]) FROM PUBLIC;
 

@@ -260,6 +260,21 @@ def test_every_cancel_path_sends_finished(
     ]
 
 
+def test_a_cascade_cancel_sends_finished(
+    app: pgqueue.App, events: EventStream, db_dsn: str
+) -> None:
+    first = app.enqueue("t", queue="cxl").job_id
+    after = app.enqueue("t", queue="cxl", depends_on=[first]).job_id
+    with pytest.raises(pgqueue.ResultTimeout):
+        app.result(after, timeout=0.01)  # someone waits on the dependent only
+    until_fence(events, db_dsn)
+    app.cancel(first)  # the dependent is cancelled in the same transaction
+    assert app.get_job(after).status == pgqueue.JobStatus.CANCELLED
+    assert until_fence(events, db_dsn) == [
+        pgqueue.JobEvent("finished", "cxl", after, pgqueue.JobStatus.CANCELLED)
+    ]
+
+
 def test_worker_only_hints_are_not_events(
     app: pgqueue.App, events: EventStream, db_dsn: str
 ) -> None:

@@ -38,7 +38,7 @@ WITH target AS (
     RETURNING j.id, j.status, j.notify_finish, j.queue
 ), notified AS (
     SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
-               ELSE 'f:' || u.id || ':' || u.status || ':' || u.queue END)) AS n
+               ELSE {schema}.finished_payload(u.id, u.status, u.queue) END)) AS n
     FROM updated u WHERE u.status = 'running' OR u.notify_finish
 )
 SELECT u.id, t.status::text AS previous, u.status::text AS current
