@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
     from pgqueue.worker.progress import ProgressWriter
-    from pgqueue.worker.task_transaction import TaskTransactionSource
+    from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -62,6 +62,7 @@ class RunningJob:
     """
 
     context: JobContext | None = None
+    transactions: TaskTransactions | None = None  # the context's transaction(), if any
     handle: asyncio.Future[Any] | None = None
     timer: asyncio.TimerHandle | None = None
     timed_out = False
@@ -199,6 +200,10 @@ class Executor:
             self.idle.clear()
         kwargs: dict[str, Any] = job.payload
         if task.pass_context or self.middleware:
+            if self.transactions is not None:
+                rj.transactions = self.transactions.for_job(
+                    job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
+                )
             rj.context = JobContext(
                 job.job_id,
                 job.attempt,
@@ -212,11 +217,7 @@ class Executor:
                 _dependencies=None
                 if self.dependencies is None
                 else partial(self.dependencies, job.job_id),
-                _transactions=None
-                if self.transactions is None
-                else self.transactions.for_job(
-                    job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
-                ),
+                _transactions=rj.transactions,
             )
             if task.pass_context:
                 kwargs = {**kwargs, "context": rj.context}
@@ -245,9 +246,7 @@ class Executor:
             try:
                 if self.middleware:
                     assert rj.context is not None
-                    coro = mw.run_async(
-                        self.middleware, rj.context, partial(task.func, **kwargs)
-                    )
+                    coro = mw.run_async(self.middleware, rj.context, partial(task.func, **kwargs))
                 else:
                     coro = task.func(**kwargs)
             except BaseException as exc:
@@ -584,12 +583,12 @@ class Executor:
 
 
 def _completed_in_transaction(rj: RunningJob) -> bool:
-    tx = rj.context._transactions if rj.context is not None else None
+    tx = rj.transactions
     return tx is not None and tx.completed
 
 
 def _completing_in_transaction(rj: RunningJob) -> bool:
-    tx = rj.context._transactions if rj.context is not None else None
+    tx = rj.transactions
     return tx is not None and (tx.committing or tx.completed)
 
 
