@@ -76,7 +76,6 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
             app.database.run(operator.drop_schema())
         finally:
             app.close()
-            app.live_task_settings.clear()
             _bind(app, saved)
 
 
