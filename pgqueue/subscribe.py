@@ -190,7 +190,7 @@ class Hub:
         for inbox in inboxes:
             inbox.put(event)
 
-    def _release(self, runner: _Runner) -> bool:
+    def release(self, runner: _Runner) -> bool:
         """Whether ``runner`` should end (no subscription left, or stopped);
         if so it is no longer the App's listener."""
         with self._lock:
@@ -277,7 +277,7 @@ class _Runner:
                     conn = None
 
     def _idle(self) -> bool:
-        return self.hub._release(self)
+        return self.hub.release(self)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         while not self._idle():

@@ -57,8 +57,10 @@ def test_an_extend_requested_while_the_heartbeat_extends_is_not_lost(app: pgqueu
     async def scenario() -> None:
         [leased] = await app.lease_async("default", "w", lease_seconds=30)
         database = ExtendDuringRoundTrip(app.database)
-        completer = Completer(app.database, app.op_context, lambda loop, exc: None)
-        executor = Executor({}, 1, completer, 1 << 20)
+        running: dict[int, RunningJob] = {}
+        wake = asyncio.Event()
+        completer = Completer(app.database, app.op_context, running, lambda loop, exc: None)
+        executor = Executor({}, 1, completer, 1 << 20, running=running, heartbeat_wake=wake.set)
         heartbeat = Heartbeat(
             database,  # type: ignore[arg-type]
             app.op_context,
@@ -66,6 +68,7 @@ def test_an_extend_requested_while_the_heartbeat_extends_is_not_lost(app: pgqueu
             executor,
             asyncio.Event(),
             lambda: True,
+            wake,
         )
         rj = RunningJob(leased, None, time.monotonic())
         executor.running[job_id] = rj

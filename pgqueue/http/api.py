@@ -124,7 +124,8 @@ class Api:
         self._pool: AsyncConnectionPool | None = None
         self._ready = False
         self._lock = asyncio.Lock()
-        self._metrics_as_server: set[Kind] = set()
+        #: Kinds whose grant cannot read queue metrics: read as this server (see metrics).
+        self.metrics_as_server: set[Kind] = set()
         self.openapi_bytes: bytes | None = None
 
     # --- life cycle -------------------------------------------------------------
@@ -378,13 +379,13 @@ async def metrics(api: Api, request: Request) -> dict[str, Any]:
     queue = schemas.queue_name(request.path_params["queue"])
     await api.start()
     found: dict[str, pgqueue.QueueMetrics] | None = None
-    if kind not in api._metrics_as_server:
+    if kind not in api.metrics_as_server:
         try:
             found = await api.app_for(kind).metrics_async(queue)
         except PermissionDenied:
             # Every kind may read queue metrics; the producer grant cannot
             # read every table they come from: a fixed read as this server.
-            api._metrics_as_server.add(kind)
+            api.metrics_as_server.add(kind)
     if found is None:
         found = await api.app.metrics_async(queue)
     counts = found.get(queue) or pgqueue.QueueMetrics(0, 0, 0, 0, 0, 0, None, False)

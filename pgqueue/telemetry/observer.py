@@ -29,9 +29,6 @@ class WorkerObserver:
         """Whether :meth:`started` does anything (else the executor skips it)."""
         return type(self).started is not WorkerObserver.started
 
-    def watch(self, running: Mapping[int, RunningJob]) -> None:
-        """The executor's table of jobs not yet recorded (read, never changed)."""
-
     def leased(self, jobs: Sequence[LeasedJob]) -> None:
         """A batch was leased (called once per batch, before its jobs start)."""
 
@@ -60,10 +57,6 @@ class Observers(WorkerObserver):
         self.observers = observers
         self.wants_lease_details = any(o.wants_lease_details for o in observers)
 
-    def watch(self, running: Mapping[int, RunningJob]) -> None:
-        for o in self.observers:
-            o.watch(running)
-
     def leased(self, jobs: Sequence[LeasedJob]) -> None:
         for o in self.observers:
             o.leased(jobs)
@@ -91,10 +84,13 @@ class Observers(WorkerObserver):
             o.close()
 
 
-def build_observer(settings: Any, version: str) -> WorkerObserver:
+def build_observer(
+    settings: Any, version: str, running: Mapping[int, RunningJob]
+) -> WorkerObserver:
     """The observer for a worker's settings: metrics when ``metrics_port`` is
     set, tracing when opentelemetry is installed and a tracer provider is
-    configured; the no-op observer otherwise."""
+    configured; the no-op observer otherwise. ``running`` is the executor's
+    table of jobs not yet recorded (read, never changed)."""
     observers: list[WorkerObserver] = []
     port = getattr(settings, "metrics_port", None)
     if port is not None:
@@ -102,7 +98,11 @@ def build_observer(settings: Any, version: str) -> WorkerObserver:
 
         observers.append(
             WorkerMetrics.serve(
-                port, settings.worker_id, version, getattr(settings, "metrics_host", "0.0.0.0")
+                port,
+                settings.worker_id,
+                version,
+                getattr(settings, "metrics_host", "0.0.0.0"),
+                running,
             )
         )
     from pgqueue.telemetry import tracing

@@ -86,20 +86,30 @@ class WorkerMetrics(WorkerObserver):
 
     wants_lease_details = True
 
-    def __init__(self, worker_id: str, version: str) -> None:
+    def __init__(
+        self, worker_id: str, version: str, running: Mapping[int, RunningJob] | None = None
+    ) -> None:
         self.worker_id = worker_id
         self.version = version
         self.tasks: dict[tuple[str, str], TaskStats] = {}
         self.waits: dict[str, Histogram] = {}
-        self.running: Mapping[int, RunningJob] = {}
+        #: The executor's table of jobs not yet recorded (read, never changed).
+        self.running: Mapping[int, RunningJob] = {} if running is None else running
         self.server: Any = None
 
     @classmethod
-    def serve(cls, port: int, worker_id: str, version: str, host: str = "0.0.0.0") -> WorkerMetrics:
+    def serve(
+        cls,
+        port: int,
+        worker_id: str,
+        version: str,
+        host: str = "0.0.0.0",
+        running: Mapping[int, RunningJob] | None = None,
+    ) -> WorkerMetrics:
         """Start the HTTP server on ``port`` (0: any free port, see ``.port``)
         with a registry holding only these metrics."""
         prometheus_client = _prometheus()
-        metrics = cls(worker_id, version)
+        metrics = cls(worker_id, version, running)
         registry = prometheus_client.CollectorRegistry(auto_describe=False)
         registry.register(metrics)
         metrics.server, _thread = prometheus_client.start_http_server(
@@ -115,9 +125,6 @@ class WorkerMetrics(WorkerObserver):
         return None if self.server is None else int(self.server.server_port)
 
     # --- hooks (event loop) --------------------------------------------------
-
-    def watch(self, running: Mapping[int, RunningJob]) -> None:
-        self.running = running
 
     def leased(self, jobs: Sequence[LeasedJob]) -> None:
         # One pass per batch; most batches come from one queue.

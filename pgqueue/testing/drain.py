@@ -24,15 +24,13 @@ from pgqueue import validation
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.ops import OpContext, consume, operator
-from pgqueue.worker import task_settings
-from pgqueue.worker.completer import Completer
-from pgqueue.worker.executor import Executor
-from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.parts import JobParts
 from pgqueue.worker.settings import WorkerSettings
-from pgqueue.worker.task_transaction import TaskTransactionSource
 
 if TYPE_CHECKING:
     from pgqueue.app import App
+    from pgqueue.worker.completer import Completer
+    from pgqueue.worker.executor import Executor
 
 __all__ = ["DrainResult", "drain", "drain_async"]
 
@@ -121,6 +119,8 @@ async def drain_async(
         scheduler=False,
         install_signal_handlers=False,
         tune_gc=False,
+        # A job of a task this app does not have cannot run here: dead, not handed back.
+        unknown_task_grace=0.0,
         worker_id=f"drain:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
     )
     return await _Drain(app, ctx, settings, clock).run(limit)
@@ -163,19 +163,19 @@ class _Drain:
 
     async def run(self, limit: int) -> DrainResult:
         app, ctx, settings = self.app, self.ctx, self.settings
-        completer = Completer(app.database, ctx, self._on_fatal)
-        transactions = TaskTransactionSource(app.database, ctx, settings.concurrency)
-        executor = Executor(
-            app.tasks, settings.concurrency, completer, app.max_result_bytes, transactions
-        )
-        completer.executor = executor
-        # A job of a task this app does not have cannot run here: dead, not handed back.
-        executor.unknown_task_grace = 0.0
-        executor.worker_id = settings.worker_id
-        executor.live_settings = app.live_task_settings
-        await task_settings.refresh_settings(app)  # operators' task settings, as a worker's
         stopped = asyncio.Event()
-        heartbeat = Heartbeat(app.database, ctx, settings, executor, stopped, lambda: False)
+        parts = JobParts.build(
+            app.database,
+            ctx,
+            settings,
+            app.tasks,
+            app.max_result_bytes,
+            running={},
+            on_fatal=self._on_fatal,
+            stopped=stopped,
+        )
+        executor, completer, heartbeat = parts.executor, parts.completer, parts.heartbeat
+        await parts.live_settings.refresh()  # operators' task settings, as a worker's
         await heartbeat.register()
         beating = asyncio.create_task(heartbeat.run(), name="pgqueue-drain-heartbeat")
         try:
@@ -184,7 +184,7 @@ class _Drain:
             stopped.set()
             await asyncio.gather(beating, return_exceptions=True)
             await heartbeat.deregister()
-            await transactions.close()
+            await parts.transactions.close()
             executor.close()
         return counts
 

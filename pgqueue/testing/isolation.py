@@ -44,6 +44,8 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
     from pgqueue.app import App
 
     saved = {name: getattr(app, name) for name in _BOUND}
+    # Task defaults come from this app's own tasks, whatever schema it points at.
+    task_defaults = app.op_context.task_defaults
     schema = f"{prefix}_{secrets.token_hex(5)}"
     fresh = App(
         dsn or app.dsn,
@@ -61,6 +63,7 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
     # LISTEN on the test database itself (never on a PGQUEUE_LISTEN_DSN of the environment).
     bound["listen_dsn"] = fresh.dsn if fresh.listen else None
     bound["listen_database"] = fresh.database
+    bound["op_context"] = replace(bound["op_context"], task_defaults=task_defaults)
     app.close()  # the old schema's pools and subscriptions
     _bind(app, bound)
     try:
@@ -71,14 +74,11 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
             app.uninstall()
         finally:
             app.close()
-            app.live_task_settings.clear()
             _bind(app, saved)
 
 
 def _bind(app: App, values: dict[str, Any]) -> None:
     for name, value in values.items():
-        if name == "op_context":  # task defaults come from this app's own tasks
-            value = replace(value, task_defaults=app._task_defaults)
         setattr(app, name, value)
 
 

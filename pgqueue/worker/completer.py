@@ -24,7 +24,7 @@ from pgqueue.worker.faults import Episodes
 
 if TYPE_CHECKING:
     from pgqueue.database import Database
-    from pgqueue.worker.executor import Executor, RunningJob
+    from pgqueue.worker.executor import RunningJob
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -33,20 +33,23 @@ RETRY_BACKOFF = (0.05, 5.0)
 
 
 class Completer:
-    """Buffers outcomes and writes them in batches. ``on_fatal`` is told of
+    """Buffers outcomes and writes them in batches. ``running`` is the
+    executor's table of jobs whose attempt is not yet recorded: a job leaves
+    it once its write went through (or was given up). ``on_fatal`` is told of
     a non-transient error (the worker then stops)."""
 
     def __init__(
         self,
         database: Database,
         ctx: OpContext,
+        running: dict[int, RunningJob],
         on_fatal: Callable[[str, BaseException], None],
     ) -> None:
         self.database = database
         self.ctx = ctx
+        self.running = running
         self.on_fatal = on_fatal
         self.episodes = Episodes("completer", *RETRY_BACKOFF)
-        self.executor: Executor | None = None
         self.ack_ids: list[int] = []
         self.ack_attempts: list[int] = []
         self.ack_results: list[str | None] = []
@@ -157,8 +160,7 @@ class Completer:
                     delay = self.episodes.failed(exc)
                 except Exception:
                     # Stop extending these leases: the reaper reclaims the jobs.
-                    if self.executor is not None:
-                        self.executor.forget(job_ids)
+                    self._forget(job_ids)
                     self.on_fatal("completer", exc)
                     return
                 await asyncio.sleep(delay)
@@ -176,8 +178,12 @@ class Completer:
                 job_ids=lost,
                 write=what,
             )
-        if self.executor is not None:
-            self.executor.forget(job_ids)
+        self._forget(job_ids)
+
+    def _forget(self, job_ids: list[int]) -> None:
+        pop = self.running.pop
+        for job_id in job_ids:
+            pop(job_id, None)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered is written; False on timeout."""

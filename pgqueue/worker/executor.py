@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
     from pgqueue.worker.progress import ProgressWriter
-    from pgqueue.worker.task_transaction import TaskTransactionSource
+    from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -62,6 +62,7 @@ class RunningJob:
     """
 
     context: JobContext | None = None
+    transactions: TaskTransactions | None = None  # the context's transaction(), if any
     handle: asyncio.Future[Any] | None = None
     timer: asyncio.TimerHandle | None = None
     timed_out = False
@@ -92,16 +93,26 @@ class RunningJob:
         self.lease_deadline = leased_at + job.lease_seconds
 
 
-class Executor:
-    """Starts jobs and turns their endings into completions."""
+#: A job's workflow id and direct dependencies (context.dependency_results).
+Dependencies = Callable[[int], tuple[int | None, list[tuple[str, str, Any]]]]
 
-    #: Seconds after enqueue during which a job of a task this worker does not
-    #: know is handed back instead of dead-lettered (set by the Worker).
-    unknown_task_grace: float = 3600.0
-    worker_id: str | None = None
-    #: Operators' live task settings (pgqueue task set), kept current by the
-    #: Worker's registry refresh (the same dict, updated in place).
-    live_settings: Mapping[str, TaskSettings] = {}
+
+def _nothing() -> None:
+    pass
+
+
+class Executor:
+    """Starts jobs and turns their endings into completions.
+
+    ``running`` is the table of jobs whose attempt is not yet recorded: the
+    executor adds to it, the completer removes what it recorded, the
+    heartbeat extends what is in it. ``live_settings`` are the operators'
+    task settings (``pgqueue task set``), kept current by the worker's
+    :class:`~pgqueue.worker.task_settings.LiveTaskSettings` (read, never
+    changed here). ``unknown_task_grace``: seconds after enqueue during
+    which a job of a task this worker does not know is handed back instead
+    of dead-lettered. ``heartbeat_wake`` asks the heartbeat to extend leases
+    now (``context.extend``)."""
 
     def __init__(
         self,
@@ -109,14 +120,25 @@ class Executor:
         concurrency: int,
         completer: Completer,
         max_result_bytes: int,
+        *,
+        running: dict[int, RunningJob],
+        worker_id: str | None = None,
         transactions: TaskTransactionSource | None = None,
         observer: WorkerObserver = NULL_OBSERVER,
         progress: ProgressWriter | None = None,
         middleware: Sequence[Middleware] = (),
-        dependencies: Callable[[int], tuple[int | None, list[tuple[str, str, Any]]]] | None = None,
+        dependencies: Dependencies | None = None,
+        live_settings: Mapping[str, TaskSettings] | None = None,
+        unknown_task_grace: float = 3600.0,
+        heartbeat_wake: Callable[[], None] = _nothing,
     ) -> None:
-        #: Reads a job's workflow and dependencies (context.dependency_results).
         self.dependencies = dependencies
+        self.worker_id = worker_id
+        self.live_settings: Mapping[str, TaskSettings] = (
+            {} if live_settings is None else live_settings
+        )
+        self.unknown_task_grace = unknown_task_grace
+        self.heartbeat_wake = heartbeat_wake
         self.tasks = tasks
         self.middleware = tuple(middleware)
         self.progress = progress  # for context.set_progress; None: kept on the context only
@@ -125,7 +147,7 @@ class Executor:
         self.observe_starts = observer.observes_starts()
         self.concurrency = concurrency
         self.completer = completer
-        self.running: dict[int, RunningJob] = {}
+        self.running = running
         self.busy = 0
         self.capacity = asyncio.Event()
         self.idle = asyncio.Event()
@@ -137,7 +159,6 @@ class Executor:
         self.loop = asyncio.get_running_loop()
         self.max_result_bytes = max_result_bytes
         self.transactions = transactions  # for context.transaction(); None: unavailable
-        self.heartbeat_wake: Callable[[], None] = lambda: None
         # Per-job lines are the hot path's only logging: decide once whether
         # their levels are enabled instead of building every call.
         self.jlog = log.bind()
@@ -199,6 +220,11 @@ class Executor:
             self.idle.clear()
         kwargs: dict[str, Any] = job.payload
         if task.pass_context or self.middleware:
+            if self.transactions is not None:
+                # Once its block commits the attempt is recorded: the job leaves ``running``.
+                rj.transactions = self.transactions.for_job(
+                    job, partial(self.loop.call_soon_threadsafe, self.running.pop, job.job_id, None)
+                )
             rj.context = JobContext(
                 job.job_id,
                 job.attempt,
@@ -212,11 +238,7 @@ class Executor:
                 _dependencies=None
                 if self.dependencies is None
                 else partial(self.dependencies, job.job_id),
-                _transactions=None
-                if self.transactions is None
-                else self.transactions.for_job(
-                    job, partial(self.loop.call_soon_threadsafe, self.forget, [job.job_id])
-                ),
+                _transactions=rj.transactions,
             )
             if task.pass_context:
                 kwargs = {**kwargs, "context": rj.context}
@@ -245,9 +267,7 @@ class Executor:
             try:
                 if self.middleware:
                     assert rj.context is not None
-                    coro = mw.run_async(
-                        self.middleware, rj.context, partial(task.func, **kwargs)
-                    )
+                    coro = mw.run_async(self.middleware, rj.context, partial(task.func, **kwargs))
                 else:
                     coro = task.func(**kwargs)
             except BaseException as exc:
@@ -547,12 +567,6 @@ class Executor:
             attempt=rj.job.attempt,
         )
 
-    def forget(self, job_ids: list[int]) -> None:
-        """The completer recorded these attempts."""
-        pop = self.running.pop
-        for job_id in job_ids:
-            pop(job_id, None)
-
     def stop_all(self) -> None:
         """Shutdown: every running task's ``should_stop()`` turns true."""
         for rj in self.running.values():
@@ -584,12 +598,12 @@ class Executor:
 
 
 def _completed_in_transaction(rj: RunningJob) -> bool:
-    tx = rj.context._transactions if rj.context is not None else None
+    tx = rj.transactions
     return tx is not None and tx.completed
 
 
 def _completing_in_transaction(rj: RunningJob) -> bool:
-    tx = rj.context._transactions if rj.context is not None else None
+    tx = rj.transactions
     return tx is not None and (tx.committing or tx.completed)
 
 

@@ -61,7 +61,11 @@ def _deregister(worker_id: str, token: str) -> Op[None]:
 
 class Heartbeat:
     """Extends leases, polls cancels (without LISTEN) and refreshes the
-    worker's registry row; rides out transient errors, raises the others."""
+    worker's registry row; rides out transient errors, raises the others.
+
+    ``wake`` cuts a tick short: the executor sets it when a task calls
+    ``context.extend``. ``listening`` says whether notifications arrive
+    (else cancel requests are polled)."""
 
     def __init__(
         self,
@@ -71,6 +75,7 @@ class Heartbeat:
         executor: Executor,
         stopped: asyncio.Event,
         listening: Callable[[], bool],
+        wake: asyncio.Event,
     ) -> None:
         self.database = database
         self.ctx = ctx
@@ -78,10 +83,9 @@ class Heartbeat:
         self.executor = executor
         self.stopped = stopped
         self.listening = listening
-        self.wake = asyncio.Event()
+        self.wake = wake
         self.episodes = Episodes("heartbeat", first=0.05, cap=2.0)
         self.registry = Episodes("registry", first=0.5, cap=10.0)
-        executor.heartbeat_wake = self.wake.set
         self.cancel_hints: set[int] = set()
         # Proves to the database that the worker row is this process's (0013).
         self.token = secrets.token_hex(24)

@@ -32,16 +32,21 @@ KEEPALIVE = {
 
 
 class Listener:
+    """LISTENs through ``database``: ``on_message`` gets each payload,
+    ``on_connected`` runs after each (re)connection; ``connected`` is set
+    while the connection is up."""
+
     def __init__(
         self,
         database: Database,
         on_message: Callable[[str], None],
         on_connected: Callable[[], None],
+        connected: asyncio.Event,
     ) -> None:
         self.database = database
         self.on_message = on_message
         self.on_connected = on_connected
-        self.connected = asyncio.Event()
+        self.connected = connected
         self.episodes = Episodes(
             "listener",
             *RECONNECT_BACKOFF,

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pgqueue.ops import OpContext, consume
-from pgqueue.worker import task_settings
 from pgqueue.worker.faults import Episodes, is_transient
 from pgqueue.worker.wakeup import jittered, wait_any
 
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from pgqueue.database import Database
     from pgqueue.worker.executor import Executor
     from pgqueue.worker.settings import WorkerSettings
+    from pgqueue.worker.task_settings import LiveTaskSettings
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -29,16 +29,21 @@ ERROR_BACKOFF = (0.1, 5.0)
 
 
 class Producer:
+    """Leases for ``executor`` until ``stopping``; each lease waits for the
+    refreshes of ``task_settings`` in flight."""
+
     def __init__(
         self,
         database: Database,
         ctx: OpContext,
         settings: WorkerSettings,
         executor: Executor,
+        task_settings: LiveTaskSettings,
         stopping: asyncio.Event,
         lease_details: bool = False,
     ) -> None:
         self.database = database
+        self.task_settings = task_settings
         self.lease_details = lease_details  # wait time and trace context, for metrics/tracing
         self.ctx = ctx
         self.episodes = Episodes("producer", *ERROR_BACKOFF)
@@ -61,6 +66,7 @@ class Producer:
         batch_size = self.settings.batch_size
         worker_id = self.settings.worker_id
         episodes = self.episodes
+        settled = self.task_settings.settled
         while not self.stopping.is_set():
             free = executor.free()
             if free <= 0:
@@ -70,7 +76,7 @@ class Producer:
             want = min(free, batch_size)
             self.wake.clear()  # a notification during the lease makes the next wait return
             leased_at = time.monotonic()
-            await task_settings.settled()  # live task settings changed just now: apply them
+            await settled()  # live task settings changed just now: apply them
             try:
                 jobs = await db.run_async(
                     consume.lease(ctx, self.queues, worker_id, want, details=self.lease_details)

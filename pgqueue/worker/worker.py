@@ -26,22 +26,22 @@ from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
 from pgqueue.telemetry.observer import build_observer
 from pgqueue.version import __version__
-from pgqueue.worker import task_settings
-from pgqueue.worker.completer import Completer
-from pgqueue.worker.executor import Executor
 from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
+from pgqueue.worker.parts import JobParts, WorkerApp
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
-from pgqueue.worker.task_transaction import TaskTransactionSource
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
     from pgqueue.app import App
+    from pgqueue.worker.completer import Completer
+    from pgqueue.worker.executor import Executor, RunningJob
     from pgqueue.worker.settings import WorkerSettings
+    from pgqueue.worker.task_settings import LiveTaskSettings
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -51,14 +51,13 @@ STARTUP_BACKOFF = (0.5, 10.0)
 
 class Worker:
     def __init__(self, app: App, settings: WorkerSettings) -> None:
-        self.app = app
+        self.app = WorkerApp.of(app)
         self.settings = settings
         self.stopping = asyncio.Event()  # stop leasing, begin the graceful shutdown
         self.stopped = asyncio.Event()  # background loops end
         self.schedules_changed = asyncio.Event()  # set by NOTIFY 's:': wake the scheduler
         self.signals = 0
         self.threads_left = 0  # sync tasks still running when the worker stopped
-        self._confirm_cancel: Callable[[int], None] | None = None  # the heartbeat's, once running
         self.fatal: BaseException | None = None  # what stopped the worker, if not a request
 
     def request_stop(self) -> None:
@@ -98,54 +97,46 @@ class Worker:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
-        database, ctx = app.database, app.op_context
+        database, ctx = app.database, app.ctx
+        running: dict[int, RunningJob] = {}  # jobs whose attempt is not yet recorded
         # Metrics and tracing hooks (the no-op observer when neither is on).
-        self.observer = observer = build_observer(settings, __version__)
-        completer = Completer(database, ctx, self.fail)
-        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
-        executor = Executor(
+        observer = build_observer(settings, __version__, running)
+        parts = JobParts.build(
+            database,
+            ctx,
+            settings,
             app.tasks,
-            settings.concurrency,
-            completer,
             app.max_result_bytes,
-            transactions,
-            observer,
-            ProgressWriter(database),
-            app.middleware,
-            app.job_dependencies,
+            running=running,
+            on_fatal=self.fail,
+            stopped=self.stopped,
+            observer=observer,
+            progress=ProgressWriter(database),
+            middleware=app.middleware,
+            dependencies=app.dependencies,
         )
-        observer.watch(executor.running)
-        completer.executor = executor
-        executor.unknown_task_grace = settings.unknown_task_grace
-        executor.worker_id = settings.worker_id
-        executor.live_settings = app.live_task_settings
+        executor, completer, heartbeat = parts.executor, parts.completer, parts.heartbeat
+        live_settings = parts.live_settings
         producer = Producer(
             database,
             ctx,
             settings,
             executor,
+            live_settings,
             self.stopping,
             lease_details=observer.wants_lease_details,
         )
         listener = Listener(  # on listen_dsn when a transaction pooler is in the path
             app.listen_database,
-            self._dispatch_to(producer, executor),
-            partial(self._connected, producer),
+            self._dispatch_to(producer, heartbeat, live_settings),
+            partial(self._connected, producer, live_settings),
+            parts.connected,
         )
-        heartbeat = Heartbeat(
-            database,
-            ctx,
-            settings,
-            executor,
-            self.stopped,
-            lambda: settings.listen and listener.connected.is_set(),
-        )
-        self._confirm_cancel = heartbeat.confirm_cancel
-        await self._register(heartbeat)
+        await self._register(heartbeat, live_settings)
         background = [
             self._supervise("heartbeat", heartbeat.run),
             self._supervise(
-                "task settings", lambda: task_settings.refresh_periodically(app, self.stopped)
+                "task settings", lambda: live_settings.refresh_periodically(self.stopped)
             ),
             self._supervise(
                 "reaper",
@@ -208,7 +199,7 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await heartbeat.deregister()
-            await transactions.close()
+            await parts.transactions.close()
             self.threads_left = executor.close()
             observer.close()
             log.info("worker stopped", worker_id=settings.worker_id)
@@ -219,7 +210,7 @@ class Worker:
         await stop.wait()
         self.stopping.set()
 
-    async def _register(self, heartbeat: Heartbeat) -> None:
+    async def _register(self, heartbeat: Heartbeat, live_settings: LiveTaskSettings) -> None:
         """Register before leasing; waits out a database that is not usable yet
         (down, starting, read-only, out of connections)."""
         episodes = Episodes(
@@ -228,7 +219,7 @@ class Worker:
         while True:
             try:
                 await heartbeat.register()
-                await task_settings.publish(self.app, self.settings.worker_id)
+                await live_settings.publish(self.app.tasks.values(), self.settings.worker_id)
                 episodes.succeeded()
                 return
             except Exception as exc:
@@ -267,12 +258,14 @@ class Worker:
                 "the reaper reclaims those jobs after their lease"
             )
 
-    def _connected(self, producer: Producer) -> None:
+    def _connected(self, producer: Producer, live_settings: LiveTaskSettings) -> None:
         """LISTEN (re)connected: catch up with what its notifications missed."""
         producer.wake.set()
-        task_settings.refresh_soon(self.app)  # task settings changed while not listening
+        live_settings.refresh_soon()  # task settings changed while not listening
 
-    def _dispatch_to(self, producer: Producer, executor: Executor) -> Callable[[str], None]:
+    def _dispatch_to(
+        self, producer: Producer, heartbeat: Heartbeat, live_settings: LiveTaskSettings
+    ) -> Callable[[str], None]:
         def dispatch(payload: str) -> None:
             queue = wake_queue(payload)  # see pgqueue.events for every payload
             if queue is not None:
@@ -282,7 +275,7 @@ class Worker:
             if kind == "s":
                 self.schedules_changed.set()
             elif kind == "t":  # a task's live settings or limits changed
-                task_settings.refresh_soon(self.app)
+                live_settings.refresh_soon()
                 producer.wake.set()
             elif kind == "c":
                 # Anyone who may connect can NOTIFY: a cancel notice is only a
@@ -292,8 +285,7 @@ class Worker:
                     job_id = int(value)
                 except ValueError:
                     return
-                if self._confirm_cancel is not None:
-                    self._confirm_cancel(job_id)
+                heartbeat.confirm_cancel(job_id)
 
         return dispatch
 
