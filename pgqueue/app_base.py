@@ -13,7 +13,6 @@ from pgqueue.config import resolve_dsn, resolve_listen_dsn, resolve_pooler
 from pgqueue.database import Database
 from pgqueue.errors import InvalidOption, InvalidPayload
 from pgqueue.middleware import Middleware
-from pgqueue.models import TaskSettings
 from pgqueue.ops import DEFAULT_TASK, Op, OpContext, TaskDefaults, inspect, schedules
 from pgqueue.ops import tasks as task_ops
 from pgqueue.payloads import UnstoredResult, encode_result
@@ -61,8 +60,6 @@ class AppBase:
         #: Where dedicated LISTEN connections go (worker, subscribe()); None: nowhere.
         self.listen_dsn: str | None = explicit_listen_dsn or (self.dsn if self.listen else None)
         self.tasks: dict[str, Task[Any, Any]] = {}
-        # Operators' live task settings, as a worker of this App last read them.
-        self.live_task_settings: dict[str, TaskSettings] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
         self.queries = queries_for(self.schema)
         self.database = Database(
