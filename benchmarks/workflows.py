@@ -55,6 +55,7 @@ from benchmarks.cpu import TICKS, postmaster_pid
 from benchmarks.db import Server
 
 PROBES = 25  # single acks measured alone, per kind and run
+RELEASES = 25  # small fan-ins (two leaves) per run, each release measured alone
 SINGLE_ACKS = 2000  # acks timed per kind in a run of one ack per statement (commit-bound)
 LEASE = "SELECT job_id, attempt_id FROM pgqueue.lease_jobs(ARRAY[%s]::text[], 'bench', %s)"
 ACK = "SELECT count(*) FROM pgqueue.ack_jobs(%s::bigint[], %s::bigint[], NULL)"
@@ -280,6 +281,18 @@ def ack_run(
             (callback,),
         ).fetchone()
         assert state == ("queued", 0), f"callback after its last leaf: {state}"
+        # Many releases, each alone: fan-ins of two leaves; the first leaf's
+        # ack counts off, the second's releases; a plain ack beside each.
+        enqueue_plain(app, RELEASES, f"release-plain-{tag}")
+        plain_jobs = lease_all(conn, f"release-plain-{tag}")
+        for kind in ("release leaf", "releases", "release plain"):
+            out[kind] = []
+        for i in range(RELEASES):
+            enqueue_fan_in(app, 2, f"release-{tag}-{i}")
+            first, last = lease_all(conn, f"release-{tag}-{i}")
+            out["release leaf"].append(probe_ack(conn, first))
+            out["releases"].append(probe_ack(conn, last))
+            out["release plain"].append(probe_ack(conn, plain_jobs[i]))
     return out
 
 
@@ -367,6 +380,15 @@ def headline(reps: list[dict[str, Any]]) -> dict[str, float | None]:
         r["releasing"].server_us / statistics.median(p.server_us for p in r["probe plain"])
         for r in single
     )
+    # The release proper: a releasing ack less a leaf's ack that releases
+    # nothing, against an ordinary ack (medians of many small fan-ins).
+    releasing = _med(p.server_us for r in single for p in r["releases"])
+    leaf = _med(p.server_us for r in single for p in r["release leaf"])
+    plain = _med(p.server_us for r in single for p in r["release plain"])
+    out["releases_server_us"] = releasing
+    out["release_proper_ratio"] = (
+        None if None in (releasing, leaf) or not plain else (releasing - leaf) / plain  # type: ignore[operator]
+    )
     return out
 
 
@@ -434,6 +456,25 @@ def report(reps: list[dict[str, Any]], steps: int) -> str:
     lines.append(
         f"  releasing / ordinary (server µs, per run): {_fmt(head['releasing_ack_ratio'], 2)}"
         "   (* WAL without full-page images)"
+    )
+    lines += [
+        "",
+        f"many releases ({RELEASES} fan-ins of two leaves per run, each ack alone; medians)",
+        f"  {'ack':<36} {'server µs':>10} {'WAL B*':>7} {'wall µs':>8}",
+    ]
+    for label, key in (
+        ("ordinary (plain job)", "release plain"),
+        ("first leaf (counts off)", "release leaf"),
+        ("second leaf (releases)", "releases"),
+    ):
+        probes = [p for r in single for p in r[key]]
+        lines.append(
+            f"  {label:<36} {_fmt(_med(p.server_us for p in probes)):>10}"
+            f" {_fmt(_med(p.wal for p in probes), 0):>7} {_fmt(_med(p.wall_us for p in probes)):>8}"
+        )
+    lines.append(
+        "  the release proper (releasing - first leaf) / ordinary:"
+        f" {_fmt(head['release_proper_ratio'], 2)}"
     )
     return "\n".join(lines)
 
