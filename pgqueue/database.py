@@ -1,10 +1,15 @@
 """The database of one App: its two connection pools and the drivers over them.
 
 The library's SQL executes in the drivers (:mod:`pgqueue.driver_async`, and
-:mod:`pgqueue.driver_sync` generated from it) and nowhere else but in
-:mod:`pgqueue.migrate` (Alembic runs the schema's migrations on a connection
-of its own) and :mod:`pgqueue.grants` (GRANT statements built for a role
-that an operator may review before they run, on a dedicated connection).
+:mod:`pgqueue.driver_sync` generated from it) and nowhere else but in three
+modules, each on a dedicated connection of its own:
+
+- :mod:`pgqueue.migrate`: Alembic runs the schema's migrations (DDL in one
+  transaction, under Alembic's own connection handling);
+- :mod:`pgqueue.grants`: GRANT statements built for a role, shown to an
+  operator (``--dry-run``) before they run;
+- :mod:`pgqueue.subscribe`: the App's one LISTEN connection for
+  ``app.subscribe()``, held by a thread of its own across event loops.
 """
 
 from __future__ import annotations
