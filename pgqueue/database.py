@@ -1,15 +1,19 @@
 """The database of one App: its two connection pools and the drivers over them.
 
 The library's SQL executes in the drivers (:mod:`pgqueue.driver_async`, and
-:mod:`pgqueue.driver_sync` generated from it) and nowhere else but in three
-modules, each on a dedicated connection of its own:
+:mod:`pgqueue.driver_sync` generated from it) and nowhere else but in four
+modules, each on connections of its own:
 
 - :mod:`pgqueue.migrate`: Alembic runs the schema's migrations (DDL in one
   transaction, under Alembic's own connection handling);
 - :mod:`pgqueue.grants`: GRANT statements built for a role, shown to an
   operator (``--dry-run``) before they run;
 - :mod:`pgqueue.subscribe`: the App's one LISTEN connection for
-  ``app.subscribe()``, held by a thread of its own across event loops.
+  ``app.subscribe()``, held by a thread of its own across event loops;
+- :mod:`pgqueue.http.api`: ``pgqueue serve`` runs each request in a
+  transaction as the caller's database role (``SET LOCAL ROLE``) on a pool
+  of its own, calling the SQL worker API functions (``ack``, ``fail``, ...)
+  so that the database checks each role's privileges.
 """
 
 from __future__ import annotations
