@@ -106,12 +106,12 @@ class AppBase:
 
     def _result_op(self, job_id: int, timeout: float | None) -> Op[Any]:
         # Waits hold no pooled connection; with listen=True on one LISTEN
-        # connection of their own (see Database.run_released).
+        # connection of their own (see the drivers' run_released).
         poll = 1.0 if self.listen else 0.2
         return inspect.result(job_id, timeout, poll, listen=self.listen)
 
     def _doctor_settings(self, thresholds: dict[str, Any]) -> DoctorSettings:
-        declared = not self.listen or getattr(self, "pooler", None) == "transaction"
+        declared = not self.listen or self.pooler == "transaction"
         known = set(DoctorSettings.__dataclass_fields__) - {"pooler_declared"}
         if unknown := set(thresholds) - known:
             raise InvalidOption(f"unknown doctor threshold(s): {', '.join(sorted(unknown))}")
