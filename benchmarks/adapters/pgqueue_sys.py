@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import psycopg
@@ -26,6 +27,11 @@ METRICS = os.environ.get("PGQB_PGQUEUE_METRICS") == "1"
 LOOP = os.environ.get("PGQB_PGQUEUE_LOOP", "auto")
 #: PGQB_PGQUEUE_TUNE_GC=0 runs the workers with tune_gc=False (for a before/after).
 TUNE_GC = os.environ.get("PGQB_PGQUEUE_TUNE_GC", "1") != "0"
+#: The soak's periodic maintenance: archive succeeded jobs finished over a minute
+#: ago, prune archived jobs and attempts over two minutes old.
+SOAK_ARCHIVE_AGE = 60.0
+SOAK_PRUNE_AGE = 120.0
+SOAK_BATCH = 5_000
 
 
 def _loop_factory() -> Any:
@@ -150,6 +156,23 @@ class PgQueue(System):
 
     def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
         return self._max_id
+
+    def soak_maintenance(self) -> Callable[[], dict[str, Any]] | None:
+        """``pgqueue archive --older-than 1m`` then ``pgqueue prune --older-than 2m``,
+        as cron would run them, on an App of their own."""
+        holder: list[Any] = []
+
+        def run() -> dict[str, Any]:
+            import pgqueue
+
+            if not holder:
+                holder.append(pgqueue.App(dsn=self.dsn, schema=SCHEMA))
+            app = holder[0]
+            archived = app.archive(older_than=SOAK_ARCHIVE_AGE, batch_size=SOAK_BATCH)
+            pruned = app.prune(older_than=SOAK_PRUNE_AGE, batch_size=SOAK_BATCH)
+            return {"archived": archived, **{f"pruned_{k}": v for k, v in pruned.items()}}
+
+        return run
 
     def close(self) -> None:
         if self._app is not None:
