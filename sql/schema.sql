@@ -2738,7 +2738,7 @@ CREATE UNIQUE INDEX jobs_dedup_key_idx ON {schema}.jobs USING btree (queue, dedu
 
 CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (stage, finished_at) INCLUDE (queue) WHERE (stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]));
 
-CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WHERE (stage = 'queued'::{schema}.job_status);
+CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WITH (deduplicate_items=off) WHERE (stage = 'queued'::{schema}.job_status);
 
 CREATE INDEX jobs_scheduled_idx ON {schema}.jobs USING btree (run_at) WHERE (stage = 'scheduled'::{schema}.job_status);
 
