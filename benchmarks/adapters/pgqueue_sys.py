@@ -214,3 +214,37 @@ class PgQueue(System):
                 await asyncio.wait_for(worker, 30)
             with contextlib.suppress(Exception):
                 await app.close_async()
+
+
+class PgQueueVariant(PgQueue):
+    """pgqueue with ``$PGQB_PGQUEUE_VARIANT`` (a SQL file, ``{schema}`` and
+    ``{channel}`` rendered as in a migration) run after ``migrate()``: a function
+    body tried beside the shipped one in the same run, e.g. the previous body of
+    a function as "before" against the checkout's "after"."""
+
+    name: ClassVar[str] = "pgqueue-variant"
+    label: ClassVar[str] = "pgqueue + variant SQL"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        path = os.environ.get("PGQB_PGQUEUE_VARIANT")
+        if not path:
+            return "set PGQB_PGQUEUE_VARIANT=FILE.sql"
+        if not os.path.isfile(path):
+            return f"PGQB_PGQUEUE_VARIANT: no file {path}"
+        return PgQueue.unavailable_reason()
+
+    @classmethod
+    def tuning(cls) -> dict[str, Any]:
+        return {**PgQueue.tuning(), "variant": os.environ.get("PGQB_PGQUEUE_VARIANT")}
+
+    def setup(self) -> None:
+        from pathlib import Path
+
+        from pgqueue.queries import render
+
+        super().setup()
+        path = os.environ["PGQB_PGQUEUE_VARIANT"]
+        text = render(Path(path).read_text(encoding="utf-8"), SCHEMA)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(text)  # type: ignore[call-overload]
