@@ -72,6 +72,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time cap per soak run (default 300, quick 60)",
     )
     p.add_argument(
+        "--soak-jobs",
+        type=int,
+        default=None,
+        help="jobs per soak run, 0 = no cap, only --soak-max-seconds (default 500000, quick 50000)",
+    )
+    p.add_argument(
+        "--soak-sample-seconds",
+        type=float,
+        default=None,
+        help="sample table and index sizes this often during a soak (default 30, quick 10)",
+    )
+    p.add_argument(
+        "--soak-maintenance-seconds",
+        type=float,
+        default=None,
+        help="run the system's periodic maintenance (pgqueue: archive + prune) this "
+        "often during a soak (default 60, quick 20)",
+    )
+    p.add_argument(
         "--quiet-wait",
         type=float,
         default=60.0,
@@ -99,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.soak_max_seconds is not None:
         sizes.soak_max_seconds = args.soak_max_seconds
+    if args.soak_jobs is not None:
+        sizes.soak = args.soak_jobs
+    if args.soak_sample_seconds is not None:
+        sizes.soak_sample_seconds = args.soak_sample_seconds
+    if args.soak_maintenance_seconds is not None:
+        sizes.soak_maintenance_seconds = args.soak_maintenance_seconds
     if args.drain_timeout is not None:
         sizes.drain_timeout = args.drain_timeout
 

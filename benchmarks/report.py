@@ -58,6 +58,7 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),
         ("size_bytes", "size after", False),
+        ("size_growth", "size last/first quarter", False),
         ("dead_tuples", "dead tuples", False),
     ],
 }

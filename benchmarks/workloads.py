@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,9 +35,11 @@ class Sizes:
     backlog_front: int = 20_000
     xmin_round: int = 20_000
     xmin_rounds: int = 3
-    soak: int = 500_000
+    soak: int = 500_000  # 0: no job cap, only soak_max_seconds
     soak_chunk: int = 10_000
     soak_max_seconds: float = 300.0
+    soak_sample_seconds: float = 30.0  # table and index sizes every this often
+    soak_maintenance_seconds: float = 60.0  # the system's periodic maintenance (cron)
     drain_timeout: float = 900.0
 
     @classmethod
@@ -57,6 +60,8 @@ class Sizes:
             soak=50_000,
             soak_chunk=5_000,
             soak_max_seconds=60.0,
+            soak_sample_seconds=10.0,
+            soak_maintenance_seconds=20.0,
             drain_timeout=300.0,
         )
 
@@ -423,7 +428,54 @@ def w_xmin(ctx: Ctx) -> dict[str, Any]:
     }
 
 
+class _Maintainer(threading.Thread):
+    """Runs the system's periodic maintenance (what cron would) every ``interval``
+    seconds in its own thread, recording what each run did and how long it took."""
+
+    def __init__(self, fn: Callable[[], dict[str, Any]], interval: float, t0: float) -> None:
+        super().__init__(daemon=True, name="soak-maintenance")
+        self.fn = fn
+        self.interval = interval
+        self.t0 = t0
+        self.runs: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval):
+            t = time.perf_counter()
+            try:
+                did = self.fn()
+            except Exception as e:  # recorded, the soak goes on
+                self.errors.append(f"{type(e).__name__}: {e}")
+                continue
+            self.runs.append(
+                {"t": round(t - self.t0, 1), "seconds": time.perf_counter() - t, **did}
+            )
+
+
+def _size_sample(dsn: str, t: float, done: int) -> dict[str, Any]:
+    tab = table_stats(dsn)
+    return {
+        "t": round(t, 1),
+        "jobs_done": done,
+        "table_bytes": tab["total"]["table_bytes"],
+        "index_bytes": tab["total"]["index_bytes"],
+        "live_tuples": tab["total"]["n_live_tup"],
+        "dead_tuples": tab["total"]["n_dead_tup"],
+        "tables": {
+            name: {k: t[k] for k in ("table_bytes", "index_bytes", "n_live_tup", "n_dead_tup")}
+            for name, t in tab["tables"].items()
+            if t["table_bytes"] + t["index_bytes"] > 64 * 1024
+        },
+    }
+
+
 def w_soak(ctx: Ctx) -> dict[str, Any]:
+    """Keep 10-20k jobs queued for one worker process until ``sizes.soak`` jobs went
+    through (0: no cap) or ``soak_max_seconds`` passed, sampling table and index
+    sizes every ``soak_sample_seconds`` while the system's periodic maintenance
+    (pgqueue: archive + prune, as cron would) runs beside it."""
     s = ctx.sizes
     system = ctx.system
     notes: list[str] = []
@@ -431,11 +483,19 @@ def w_soak(ctx: Ctx) -> dict[str, Any]:
     enqueued = 0
     done_before = 0  # jobs in chunks already fully completed
     rem = 0
+    samples: list[dict[str, Any]] = []
+    cap = s.soak if s.soak > 0 else None
+    maint_fn = system.soak_maintenance()
+    maintainer: _Maintainer | None = None
     with MonitorConnection.connect(ctx.dsn, autocommit=True) as mon:
         group = WorkerGroup(system.name, ctx.dsn, 1)
         group.start()
         try:
             t0 = group.go()
+            if maint_fn is not None:
+                maintainer = _Maintainer(maint_fn, s.soak_maintenance_seconds, t0)
+                maintainer.start()
+            next_sample = t0
             while True:
                 group.check_alive()
                 # retire completed chunks from the front
@@ -452,14 +512,25 @@ def w_soak(ctx: Ctx) -> dict[str, Any]:
                     rem = system.remaining(mon, None)
                 else:
                     rem = 0
-                elapsed = time.perf_counter() - t0
-                if enqueued >= s.soak and rem == 0:
+                now = time.perf_counter()
+                elapsed = now - t0
+                if now >= next_sample:
+                    samples.append(_size_sample(ctx.dsn, elapsed, enqueued - rem))
+                    last = samples[-1]
+                    ctx.log(
+                        f"  soak t={elapsed:6.0f}s done={enqueued - rem:>10} "
+                        f"table={last['table_bytes'] / 2**20:8.1f} MiB "
+                        f"index={last['index_bytes'] / 2**20:8.1f} MiB "
+                        f"dead={last['dead_tuples']}"
+                    )
+                    next_sample += s.soak_sample_seconds
+                if cap is not None and enqueued >= cap and rem == 0:
                     break
                 if elapsed > s.soak_max_seconds:
                     notes.append(f"stopped at the {s.soak_max_seconds:.0f}s cap")
                     break
-                if enqueued < s.soak and rem < 2 * s.soak_chunk:
-                    k = min(s.soak_chunk, s.soak - enqueued)
+                if (cap is None or enqueued < cap) and rem < 2 * s.soak_chunk:
+                    k = s.soak_chunk if cap is None else min(s.soak_chunk, cap - enqueued)
                     a = system.max_job_id(mon)
                     system.bulk_enqueue(k)
                     b = system.max_job_id(mon)
@@ -469,6 +540,9 @@ def w_soak(ctx: Ctx) -> dict[str, Any]:
                 time.sleep(0.02)
             elapsed = time.perf_counter() - t0
         finally:
+            if maintainer is not None:
+                maintainer.halt.set()
+                maintainer.join(timeout=600)
             group.stop()
             notes.extend(group.notes)
             group.cleanup()
@@ -476,6 +550,9 @@ def w_soak(ctx: Ctx) -> dict[str, Any]:
     _quiesce(ctx)
     time.sleep(1.0)
     tab = table_stats(ctx.dsn)
+    samples.append(_size_sample(ctx.dsn, elapsed, done))
+    if maintainer is not None:
+        notes.extend(f"maintenance failed: {e}" for e in maintainer.errors[:5])
     return {
         "jobs": done,
         "seconds": elapsed,
@@ -487,7 +564,29 @@ def w_soak(ctx: Ctx) -> dict[str, Any]:
         "live_tuples": tab["total"]["n_live_tup"],
         "autovacuums": tab["total"]["autovacuum_count"],
         "tables": tab["tables"],
+        **_size_trend(samples),
+        "samples": samples,
+        "maintenance": maintainer.runs if maintainer is not None else [],
         "notes": notes,
+    }
+
+
+def _size_trend(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Size growth between the end of the first and the end of the last quarter
+    of the run (after warm-up): flat tables show a ratio near 1."""
+    if len(samples) < 4:
+        return {}
+
+    def size(x: dict[str, Any]) -> int:
+        return int(x["table_bytes"] + x["index_bytes"])
+
+    q = len(samples) // 4
+    early = max(size(x) for x in samples[: q + 1])
+    late = max(size(x) for x in samples[-q - 1 :])
+    return {
+        "size_peak_first_quarter": early,
+        "size_peak_last_quarter": late,
+        "size_growth": late / early if early else float("nan"),
     }
 
 

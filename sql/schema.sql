@@ -1650,12 +1650,17 @@ $$;
 CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET plan_cache_mode TO 'auto'
+    SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET enable_sort TO 'off'
     SET jit TO 'off'
     AS $$
 #variable_conflict use_column
+-- force_generic_plan: under 'auto' the lease statement kept a custom plan,
+-- planned again on every call (~0.7 µs per job of a 500-job lease, more for
+-- an idle worker's one-job lease). Its generic plan has the same shape:
+-- enable_seqscan and enable_sort are off, so the ready index in lease order
+-- is the only way in however the table's statistics change.
 DECLARE
     -- (A call only when a clock is passed: it costs more than the rest of an idle lease.)
     v_fixed   timestamptz := CASE WHEN p_now IS NOT NULL THEN {schema}.trusted_clock(p_now) END;
@@ -2793,7 +2798,7 @@ CREATE UNIQUE INDEX jobs_dedup_key_idx ON {schema}.jobs USING btree (queue, dedu
 
 CREATE INDEX jobs_finished_idx ON {schema}.jobs USING btree (stage, finished_at) INCLUDE (queue) WHERE (stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]));
 
-CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WHERE (stage = 'queued'::{schema}.job_status);
+CREATE INDEX jobs_ready_idx ON {schema}.jobs USING btree (queue, serial_held, priority DESC, run_at, id) WITH (deduplicate_items=off) WHERE (stage = 'queued'::{schema}.job_status);
 
 CREATE INDEX jobs_scheduled_idx ON {schema}.jobs USING btree (run_at) WHERE (stage = 'scheduled'::{schema}.job_status);
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from benchmarks.adapters.base import System
 from benchmarks.adapters.floor import Floor
-from benchmarks.adapters.pgqueue_sys import PgQueue
+from benchmarks.adapters.pgqueue_sys import PgQueue, PgQueueVariant
 from benchmarks.adapters.pgqueuer_sys import PgQueuerAsyncpg, PgQueuerPsycopg
 from benchmarks.adapters.procrastinate_sys import Procrastinate
 
 SYSTEMS: dict[str, type[System]] = {
-    cls.name: cls for cls in (Floor, PgQueue, PgQueuerPsycopg, PgQueuerAsyncpg, Procrastinate)
+    cls.name: cls
+    for cls in (Floor, PgQueue, PgQueueVariant, PgQueuerPsycopg, PgQueuerAsyncpg, Procrastinate)
 }
 
 __all__ = ["SYSTEMS", "System"]

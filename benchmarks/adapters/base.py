@@ -91,6 +91,13 @@ class System(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release producer-side resources."""
 
+    def soak_maintenance(self) -> Callable[[], dict[str, Any]] | None:
+        """What an operator runs periodically (cron) to keep the tables bounded
+        during a long soak, or None when nothing is needed (finished rows are
+        deleted). The callable runs in its own thread with its own connections
+        and returns what it did."""
+        return None
+
     # ---- worker side (child process) -------------------------------------
     @classmethod
     @abstractmethod

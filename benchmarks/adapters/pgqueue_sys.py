@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import psycopg
@@ -26,6 +27,11 @@ METRICS = os.environ.get("PGQB_PGQUEUE_METRICS") == "1"
 LOOP = os.environ.get("PGQB_PGQUEUE_LOOP", "auto")
 #: PGQB_PGQUEUE_TUNE_GC=0 runs the workers with tune_gc=False (for a before/after).
 TUNE_GC = os.environ.get("PGQB_PGQUEUE_TUNE_GC", "1") != "0"
+#: The soak's periodic maintenance: archive succeeded jobs finished over a minute
+#: ago, prune archived jobs and attempts over two minutes old.
+SOAK_ARCHIVE_AGE = 60.0
+SOAK_PRUNE_AGE = 120.0
+SOAK_BATCH = 5_000
 
 
 def _loop_factory() -> Any:
@@ -151,6 +157,23 @@ class PgQueue(System):
     def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
         return self._max_id
 
+    def soak_maintenance(self) -> Callable[[], dict[str, Any]] | None:
+        """``pgqueue archive --older-than 1m`` then ``pgqueue prune --older-than 2m``,
+        as cron would run them, on an App of their own."""
+        holder: list[Any] = []
+
+        def run() -> dict[str, Any]:
+            import pgqueue
+
+            if not holder:
+                holder.append(pgqueue.App(dsn=self.dsn, schema=SCHEMA))
+            app = holder[0]
+            archived = app.archive(older_than=SOAK_ARCHIVE_AGE, batch_size=SOAK_BATCH)
+            pruned = app.prune(older_than=SOAK_PRUNE_AGE, batch_size=SOAK_BATCH)
+            return {"archived": archived, **{f"pruned_{k}": v for k, v in pruned.items()}}
+
+        return run
+
     def close(self) -> None:
         if self._app is not None:
             with contextlib.suppress(Exception):
@@ -191,3 +214,37 @@ class PgQueue(System):
                 await asyncio.wait_for(worker, 30)
             with contextlib.suppress(Exception):
                 await app.close_async()
+
+
+class PgQueueVariant(PgQueue):
+    """pgqueue with ``$PGQB_PGQUEUE_VARIANT`` (a SQL file, ``{schema}`` and
+    ``{channel}`` rendered as in a migration) run after ``migrate()``: a function
+    body tried beside the shipped one in the same run, e.g. the previous body of
+    a function as "before" against the checkout's "after"."""
+
+    name: ClassVar[str] = "pgqueue-variant"
+    label: ClassVar[str] = "pgqueue + variant SQL"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        path = os.environ.get("PGQB_PGQUEUE_VARIANT")
+        if not path:
+            return "set PGQB_PGQUEUE_VARIANT=FILE.sql"
+        if not os.path.isfile(path):
+            return f"PGQB_PGQUEUE_VARIANT: no file {path}"
+        return PgQueue.unavailable_reason()
+
+    @classmethod
+    def tuning(cls) -> dict[str, Any]:
+        return {**PgQueue.tuning(), "variant": os.environ.get("PGQB_PGQUEUE_VARIANT")}
+
+    def setup(self) -> None:
+        from pathlib import Path
+
+        from pgqueue.queries import render
+
+        super().setup()
+        path = os.environ["PGQB_PGQUEUE_VARIANT"]
+        text = render(Path(path).read_text(encoding="utf-8"), SCHEMA)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(text)  # type: ignore[call-overload]
