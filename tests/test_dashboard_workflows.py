@@ -38,9 +38,7 @@ def test_workflow_pages_draw_the_graph_with_each_steps_status(app: pgqueue.App) 
     assert f"/jobs/{run.jobs['ship_order']}" in waiting.text
 
 
-def test_the_job_page_shows_tags_meta_progress_and_snoozes(
-    app: pgqueue.App, db_dsn: str
-) -> None:
+def test_the_job_page_shows_tags_meta_progress_and_snoozes(app: pgqueue.App, db_dsn: str) -> None:
     tagged = app.enqueue("t", tags=["tenant:9", "nightly"], meta={"by": "ops"}).job_id
     app.enqueue("t", tags=["other"])
     with psycopg.connect(db_dsn, autocommit=True) as conn:

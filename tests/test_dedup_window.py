@@ -393,4 +393,3 @@ def test_a_producer_role_enqueues_windowed_and_debounced(db_dsn: str, db_roles: 
         assert row == (first.job_id,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT pgqueue.dedup_claim('default', 'p', '1 min', NULL, '{}')")
-

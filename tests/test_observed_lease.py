@@ -96,4 +96,3 @@ def test_previous_workers_lease_through_lease_jobs_observed(db_dsn: str) -> None
     assert rows[0][1] >= 60.0
     assert rows[0][2] is None
     assert status == [("running", "old-worker")]
-

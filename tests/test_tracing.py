@@ -174,4 +174,3 @@ def test_import_pgqueue_imports_no_extra() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=60)
-
