@@ -17,9 +17,10 @@ Rules, in order (nothing else changes, comments and docstrings included):
 - ``Async`` goes from a CamelCase name (``psycopg.AsyncConnection`` ->
   ``psycopg.Connection``, ``AsyncAppOperations`` -> ``AppOperations``);
 - ``asynccontextmanager`` -> ``contextmanager``, ``asyncio.sleep`` ->
-  ``time.sleep`` (and ``import asyncio`` -> ``import time``);
-- a line ending in ``# sync: <code>`` becomes ``<code>``; lines between
-  ``# async-only: begin`` and ``# async-only: end`` are dropped.
+  ``time.sleep`` (and ``import asyncio`` -> ``import time``).
+
+What cannot follow these rules (the pools, ``App.close``) is written by hand
+outside the async sources.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^import asyncio$", re.M), "import time"),
     (re.compile(r"\b(\w*?)Async([A-Z]\w*)"), r"\1\2"),
 ]
-_SYNC_LINE = re.compile(r"^(\s*).*#\s*sync:\s*(.+?)\s*$")
-_BEGIN, _END = "# async-only: begin", "# async-only: end"
 
 
 def header(source: Path) -> str:
@@ -62,18 +61,7 @@ def header(source: Path) -> str:
 
 def convert(text: str) -> str:
     """The sync text of one async module, before formatting."""
-    lines: list[str] = []
-    skipping = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped == _BEGIN:
-            skipping = True
-        elif stripped == _END:
-            skipping = False
-        elif not skipping:
-            match = _SYNC_LINE.match(line)
-            lines.append(match[1] + match[2] if match else line)
-    out = "\n".join(lines) + "\n"
+    out = text
     for pattern, replacement in _RULES:
         out = pattern.sub(replacement, out)
     return out

@@ -45,10 +45,7 @@ def test_the_rules_turn_async_code_into_its_sync_twin() -> None:
         "    async with await self.pool_async() as pool:  # the pool\n"
         "        async for x in pool.rows():\n"
         "            await asyncio.sleep(0)\n"
-        "    c = await async_connection(conn)  # sync: c = sync_connection(conn, strict=True)\n"
-        "    # async-only: begin\n"
-        "    loop = asyncio.get_running_loop()\n"
-        "    # async-only: end\n"
+        "    c = await async_connection(conn)\n"
     )
     assert convert(source) == (
         "import time\n"
@@ -56,7 +53,7 @@ def test_the_rules_turn_async_code_into_its_sync_twin() -> None:
         "    with self.pool() as pool:  # the pool\n"
         "        for x in pool.rows():\n"
         "            time.sleep(0)\n"
-        "    c = sync_connection(conn, strict=True)\n"
+        "    c = sync_connection(conn)\n"
     )
 
 
