@@ -81,6 +81,7 @@ def test_an_extend_requested_while_the_heartbeat_extends_is_not_lost(app: pgqueu
         await heartbeat._extend_due()
         assert rj.extend_to is None
         executor.close()
+        await app.database.close_async_pool()  # before asyncio.run ends its loop
 
     asyncio.run(scenario())
     app.database.close()

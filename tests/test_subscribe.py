@@ -253,7 +253,13 @@ def test_every_cancel_path_sends_finished(
     until_fence(events, db_dsn)
     app.cancel(one)
     app.cancel_many([many])  # the CLI's bulk cancel
-    asyncio.run(actions.act_on_ids(app, "cancel", [selected]))  # the dashboard's selection
+    async def dashboard_selection() -> None:
+        await actions.act_on_ids(app, "cancel", [selected])
+        # An async pool must close before its event loop ends (psycopg_pool
+        # can hang in asyncio.run's cancellation of its tasks otherwise).
+        await app.database.close_async_pool()
+
+    asyncio.run(dashboard_selection())
     cancelled = pgqueue.JobStatus.CANCELLED
     assert until_fence(events, db_dsn) == [
         pgqueue.JobEvent("finished", "cxl", job, cancelled) for job in (one, many, selected)
