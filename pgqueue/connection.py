@@ -8,10 +8,8 @@ generated twin :mod:`pgqueue.driver_sync`) do, for :class:`pgqueue.database.Data
 
 from __future__ import annotations
 
-import asyncio
 import re
 import select
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -23,7 +21,7 @@ from psycopg import sql
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ConnStatus, Format
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from pgqueue.errors import (
     ConnectionFailed,
@@ -379,23 +377,3 @@ _STALE_SESSION_STATES = frozenset({"25006"})
 
 def is_stale_session(exc: DatabaseError) -> bool:
     return exc.sqlstate in _STALE_SESSION_STATES
-
-
-def discard_async_pool(
-    pool: AsyncConnectionPool[Any], loop: asyncio.AbstractEventLoop | None
-) -> None:
-    """Close an async pool from outside its event loop."""
-    if loop is not None and not loop.is_closed():
-        if loop.is_running():
-            asyncio.run_coroutine_threadsafe(pool.close(), loop)
-        else:
-            # This thread may be running another loop: close it on a thread of its own.
-            closer = threading.Thread(target=loop.run_until_complete, args=(pool.close(),))
-            closer.start()
-            closer.join()
-        return
-    # Its loop is gone, and the pool's tasks with it: close the connections it
-    # still holds so that their server sessions end now.
-    for conn in list(getattr(pool, "_pool", ())):
-        conn.pgconn.finish()
-    getattr(pool, "_pool", []).clear()

@@ -30,7 +30,6 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from pgqueue.connection import (
     ErrorTranslator,
     connection_params,
-    discard_async_pool,
     listen_sql,
     migrate_command,
     translated,
@@ -62,6 +61,26 @@ def read_revision(dsn: str, schema: str) -> str | None:
         psycopg.connect(connection_params(dsn), autocommit=True) as conn,
     ):
         return schema_revision(conn, schema)
+
+
+def discard_async_pool(
+    pool: AsyncConnectionPool[Any], loop: asyncio.AbstractEventLoop | None
+) -> None:
+    """Close an async pool from outside its event loop."""
+    if loop is not None and not loop.is_closed():
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(pool.close(), loop)
+        else:
+            # This thread may be running another loop: close it on a thread of its own.
+            closer = threading.Thread(target=loop.run_until_complete, args=(pool.close(),))
+            closer.start()
+            closer.join()
+        return
+    # Its loop is gone, and the pool's tasks with it: close the connections it
+    # still holds so that their server sessions end now.
+    for conn in list(getattr(pool, "_pool", ())):
+        conn.pgconn.finish()
+    getattr(pool, "_pool", []).clear()
 
 
 class Database(Driver, AsyncDriver):
