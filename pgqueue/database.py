@@ -175,7 +175,10 @@ class Database(Driver, AsyncDriver):
                     name=f"pgqueue-{self.schema}-async",
                     open=False,
                 )
-                await pool.open()
+                # Wait for the first connections: a background connect still in
+                # flight when a short-lived event loop ends (asyncio.run) is
+                # cancelled with the loop's tasks, and psycopg_pool can hang there.
+                await pool.open(wait=True, timeout=self.timeout)
                 self._async_pool, self._async_loop = pool, loop
         return self._async_pool
 
