@@ -476,6 +476,44 @@ def test_live_updates_share_one_listener_and_coalesce(
     assert max(pending) <= 1
 
 
+def test_a_change_after_the_stream_opens_is_never_missed(
+    app: pgqueue.App, job_factory: JobFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from pgqueue.dashboard import pages
+    from pgqueue.dashboard.data import Data
+    from pgqueue.dashboard.live import LiveHub
+
+    # A slow mark read widens the window in which the hub, had the stream
+    # opened before its first mark, would take the change below for its
+    # starting state and never announce it.
+    original = Data.change_mark
+
+    async def slow_mark(self: Data) -> tuple[object, ...]:
+        await asyncio.sleep(1.0)
+        return await original(self)
+
+    monkeypatch.setattr(Data, "change_mark", slow_mark)
+
+    async def run() -> str:
+        hub = LiveHub(Data(app), min_interval=0.1, mark_interval=0.3)
+        response = await pages.events(SimpleNamespace(live=hub), None)  # type: ignore[arg-type]
+        body = response.body_iterator
+        try:
+            assert (await body.__anext__()).startswith("retry:")  # the browser's "open"
+            # A change that does not notify: only the change mark shows it.
+            job_factory.insert(task="quiet", status="succeeded")
+            return str(await asyncio.wait_for(body.__anext__(), timeout=12))
+        finally:
+            await body.aclose()  # type: ignore[attr-defined]
+            await hub.close()
+            await app.close_async()
+
+    assert asyncio.run(run()).startswith("event: refresh")
+
+
 def test_cli_rejects_a_bad_base_path_before_connecting() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pgqueue_cli", "dashboard", "--base-path", "/a b"],

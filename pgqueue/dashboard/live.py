@@ -7,7 +7,9 @@ queue and worker updates: a few index probes) to catch what does not notify
 (a plain ack). Whatever it sees is coalesced: browsers get at most one
 ``refresh`` event per ``min_interval`` seconds, however busy the queue and
 however many browsers are connected. The hub starts with the first browser
-and stops with the last.
+and stops with the last. A stream opens once the hub listens and has read
+its first mark (:meth:`LiveHub.wait_ready`): a change made after the browser
+saw the stream open is never folded into that first mark.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class LiveHub:
         self._task: asyncio.Task[None] | None = None
         self.refreshes = 0  # events sent (per browser once), for tests and benchmarks
         self.connections_opened = 0
+        self._ready = asyncio.Event()  # listening, first mark read
 
     @property
     def client_count(self) -> int:
@@ -55,6 +58,15 @@ class LiveHub:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         return queue
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the hub listens and has read its first change mark
+        (False: not within ``timeout`` seconds, e.g. the database is down)."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
         self._clients.discard(queue)
@@ -94,22 +106,29 @@ class LiveHub:
         # The App's event stream (app.subscribe_async) holds the process's one
         # LISTEN connection; the change mark, read through the pool, catches
         # what does not notify.
-        async with self.data.app.subscribe_async() as events:
-            self.connections_opened += 1
-            loop = asyncio.get_running_loop()
-            mark: Any = await self.data.change_mark()
-            next_mark = loop.time() + self.mark_interval
-            while self._clients:
-                changed = False
-                deadline = loop.time() + self.min_interval
-                while (left := deadline - loop.time()) > 0:
-                    if await events.get(timeout=left) is None:
-                        break
-                    changed = True
-                if loop.time() >= next_mark:
-                    new_mark = await self.data.change_mark()
-                    changed = changed or new_mark != mark
-                    mark, next_mark = new_mark, loop.time() + self.mark_interval
-                if changed:
-                    self._broadcast()
-                    await asyncio.sleep(self.min_interval)
+        try:
+            async with self.data.app.subscribe_async() as events:
+                self.connections_opened += 1
+                await self._follow(events)
+        finally:
+            self._ready.clear()
+
+    async def _follow(self, events: Any) -> None:
+        loop = asyncio.get_running_loop()
+        mark: Any = await self.data.change_mark()
+        self._ready.set()
+        next_mark = loop.time() + self.mark_interval
+        while self._clients:
+            changed = False
+            deadline = loop.time() + self.min_interval
+            while (left := deadline - loop.time()) > 0:
+                if await events.get(timeout=left) is None:
+                    break
+                changed = True
+            if loop.time() >= next_mark:
+                new_mark = await self.data.change_mark()
+                changed = changed or new_mark != mark
+                mark, next_mark = new_mark, loop.time() + self.mark_interval
+            if changed:
+                self._broadcast()
+                await asyncio.sleep(self.min_interval)

@@ -178,6 +178,14 @@ async def healthz(dash: Dashboard, request: Request) -> Response:
 async def events(dash: Dashboard, request: Request) -> Response:
     """Server-sent events: which parts of the pages changed (from LISTEN/NOTIFY)."""
     queue = dash.live.subscribe()
+    try:
+        # The stream opens (the browser's "open") once the hub listens, so a
+        # change made after that is never taken for the state it started from.
+        # A database that does not answer delays the stream no longer than this.
+        await dash.live.wait_ready(timeout=5.0)
+    except BaseException:
+        dash.live.unsubscribe(queue)
+        raise
 
     async def stream() -> Any:
         try:
