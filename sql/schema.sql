@@ -1992,6 +1992,10 @@ CREATE FUNCTION {schema}.note_dependency_end(p_note text) RETURNS boolean
 -- fire once all its rows are written, so that one call of
 -- jobs_release_dependents counts the whole statement off at once. (A
 -- rolled back subtransaction takes its notes and its queued call along.)
+-- The triggers pass the id as text (id::text): `text || bigint` is the SQL
+-- function textanycat, which PostgreSQL would parse and inline again each
+-- time it prepares a WHEN clause, i.e. for every statement that updates or
+-- deletes jobs (~30 µs of a one-job lease or ack).
 DECLARE
     v_notes text := pg_catalog.current_setting('pgqueue.ended_dependencies', true);
 BEGIN
@@ -2818,14 +2822,14 @@ CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log USING btree (task, le
 
 CREATE INDEX workflows_created_idx ON {schema}.workflows USING btree (created_at);
 
-CREATE TRIGGER jobs_release_dependents_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN ((old.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) AND {schema}.note_dependency_end(('f'::text || old.id)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
+CREATE TRIGGER jobs_release_dependents_delete AFTER DELETE ON {schema}.jobs FOR EACH ROW WHEN ((old.has_dependents AND (old.stage <> ALL (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) AND {schema}.note_dependency_end(('f'::text || (old.id)::text)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
 
 CREATE TRIGGER jobs_release_dependents_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN ((new.has_dependents AND ((old.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) <> (new.stage = ANY (ARRAY['succeeded'::{schema}.job_status, 'dead'::{schema}.job_status, 'cancelled'::{schema}.job_status]))) AND {schema}.note_dependency_end((
         CASE
             WHEN (new.stage = 'succeeded'::{schema}.job_status) THEN 's'::text
             WHEN (new.stage = ANY (ARRAY['dead'::{schema}.job_status, 'cancelled'::{schema}.job_status])) THEN 'f'::text
             ELSE 'u'::text
-        END || new.id)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
+        END || (new.id)::text)))) EXECUTE FUNCTION {schema}.jobs_release_dependents();
 
 CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
 
