@@ -514,6 +514,27 @@ def test_a_change_after_the_stream_opens_is_never_missed(
     assert asyncio.run(run()).startswith("event: refresh")
 
 
+def test_served_alone_it_closes_its_connections_when_the_server_stops(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    import psycopg
+
+    def others() -> int:
+        with psycopg.connect(db_dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    with client(app) as c:
+        assert c.get("/jobs").status_code == 200
+        during = others()
+    assert during >= 1  # the App's async pool, on the server's event loop
+    # Its lifespan's shutdown closed that pool before the loop ended.
+    wait_until(lambda: others() == 0, 10, "the dashboard's connections to close")
+
+
 def test_cli_rejects_a_bad_base_path_before_connecting() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pgqueue_cli", "dashboard", "--base-path", "/a b"],

@@ -598,6 +598,10 @@ class Data:
     async def workers(self) -> list[WorkerInfo]:
         return await self._cached("workers", self.app.list_workers_async)
 
+    async def close(self) -> None:
+        """Close the App's async pool (it belongs to the event loop now ending)."""
+        await self._database.close_async_pool()
+
     async def change_mark(self) -> tuple[Any, ...]:
         """A tuple that changes whenever jobs, queues or workers change (uncached)."""
         return await self._database.run_async(change_mark_op())

@@ -64,6 +64,11 @@ class Dashboard:
         self.live = LiveHub(self.data, on_change=self.data.invalidate)
         self.env = environment()
 
+    async def close(self) -> None:
+        """Stop the live updates and close the pool of this event loop."""
+        await self.live.close()
+        await self.data.close()
+
     # --- responses -------------------------------------------------------------
 
     @staticmethod

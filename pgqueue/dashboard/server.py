@@ -13,7 +13,9 @@ template filters), :mod:`.data` (every read), :mod:`.actions` (bulk batches).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +61,19 @@ def create_app(
     if cache_ttl < 0:
         raise InvalidOption(f"cache_ttl must be 0 or more seconds, got {cache_ttl!r}")
     dash = Dashboard(app, guard, cache_ttl)
-    starlette = Starlette(routes=routes(dash))
+
+    # Served on its own, the dashboard closes what it opened on the server's
+    # event loop before that loop ends (a pool left open there has tasks the
+    # loop's end cancels mid-connect). Mounted in a host, it gets no lifespan
+    # events: the host's own shutdown closes the App.
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await dash.close()
+
+    starlette = Starlette(routes=routes(dash), lifespan=lifespan)
     starlette.state.dashboard = dash
     return starlette
 
