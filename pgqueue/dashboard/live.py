@@ -59,14 +59,11 @@ class LiveHub:
             self._task = asyncio.get_running_loop().create_task(self._run())
         return queue
 
-    async def wait_ready(self, timeout: float) -> bool:
-        """Wait until the hub listens and has read its first change mark
-        (False: not within ``timeout`` seconds, e.g. the database is down)."""
-        try:
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait until the hub listens and has read its first change mark, or
+        ``timeout`` seconds (the database may be down: the hub keeps trying)."""
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
 
     def unsubscribe(self, queue: asyncio.Queue[str]) -> None:
         self._clients.discard(queue)
