@@ -35,7 +35,7 @@ from pgqueue.errors import (
     SchemaNotMigrated,
 )
 from pgqueue.ops import Execute, Op
-from pgqueue.queries import channel_for
+from pgqueue.queries import announce_channel_for, channel_for
 
 _SCHEMA_ERRORS = (
     pg_errors.UndefinedTable,
@@ -352,8 +352,12 @@ def socket_alive(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -
     return not readable
 
 
-def listen_sql(schema: str) -> sql.Composed:
-    return sql.SQL("LISTEN {}").format(sql.Identifier(channel_for(schema)))
+def listen_sql(schema: str, *, announcements: bool = False) -> sql.Composed:
+    """LISTEN on the schema's channel (and its announcement channel)."""
+    listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel_for(schema)))
+    if not announcements:
+        return listen
+    return sql.SQL("{}; LISTEN {}").format(listen, sql.Identifier(announce_channel_for(schema)))
 
 
 UNLISTEN = "UNLISTEN *"

@@ -50,7 +50,7 @@ from pgqueue.driver_sync import (
     schema_revision,
 )
 from pgqueue.errors import ConnectionFailed, PoolExhausted, SchemaNotMigrated
-from pgqueue.queries import Queries
+from pgqueue.queries import Queries, channel_for
 from pgqueue.version import SCHEMA_REVISION
 
 
@@ -234,23 +234,29 @@ class Database(Driver, AsyncDriver):
     # --- LISTEN (async only: the worker's listener and subscriptions) ------------
 
     @asynccontextmanager
-    async def listening_async(self, **kwargs: Any) -> AsyncIterator[AsyncIterator[str]]:
-        """A dedicated connection LISTENing on the schema's channel; yields an
-        iterator of notification payloads. Errors come translated."""
+    async def listening_async(
+        self, *, announcements: bool = False, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[tuple[bool, str]]]:
+        """A dedicated connection LISTENing on the schema's channel (and, with
+        ``announcements``, on its announcement channel); yields an iterator of
+        (announcement?, payload). Errors come translated."""
         conn = await self.connect_async(**kwargs)
         try:
             try:
-                await conn.execute(listen_sql(self.schema))
+                await conn.execute(listen_sql(self.schema, announcements=announcements))
             except psycopg.Error as exc:
                 raise self.translate(exc) from None
             yield self._payloads(conn)
         finally:
             await conn.close()
 
-    async def _payloads(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[str]:
+    async def _payloads(
+        self, conn: psycopg.AsyncConnection[Any]
+    ) -> AsyncIterator[tuple[bool, str]]:
+        events = channel_for(self.schema)
         try:
             async for note in conn.notifies():
-                yield note.payload
+                yield note.channel != events, note.payload
         except psycopg.Error as exc:
             raise self.translate(exc) from None
         # notifies() ends only when the connection is closed under it.

@@ -23,6 +23,7 @@ QueryName = Literal[
     "job_enqueue_batch",
     "job_enqueue_windowed",
     "job_lease",
+    "job_ready_queues",
     "job_set_progress",
     "job_enqueue_graph",
     "workflow_get",
@@ -141,6 +142,12 @@ _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)
 def channel_for(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema."""
     return f"pgqueue.{schema}"
+
+
+def announce_channel_for(schema: str) -> str:
+    """The channel on which a schema announces where jobs became ready, for
+    the workers' lease cursors (``announce_ready``; no schema name holds a colon)."""
+    return f"{channel_for(schema)}:k"
 
 
 def _parse(text: str) -> dict[str, str]:

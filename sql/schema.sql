@@ -110,6 +110,30 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION {schema}.announce_ready(p_queue text, p_priority integer, p_run_at timestamp with time zone, p_id bigint) RETURNS void
+    LANGUAGE sql
+    AS $$
+    -- Where a job became ready, for the workers' lease cursors (lease_jobs'
+    -- p_after): 'queue priority run_at id' (run_at in microseconds since the
+    -- epoch) on the schema's second channel, {channel} || ':k'. A worker
+    -- whose cursor for that queue is past the key moves it back. Sent once
+    -- per queue and transaction, and again only for a key earlier in lease
+    -- order than the one sent: an enqueue loop in one transaction sends one.
+    SELECT pg_catalog.pg_notify({channel} || ':k',
+               p_queue || ' ' || p_priority || ' ' || k.us || ' ' || p_id)
+    FROM (SELECT (extract(epoch FROM p_run_at) * 1000000)::bigint AS us,
+                 'pgqueue.ready_' || pg_catalog.md5({channel} || '/' || p_queue) AS name) k
+    CROSS JOIN LATERAL (SELECT pg_catalog.current_setting(k.name, true) AS sent) s
+    WHERE CASE WHEN s.sent IS NULL OR s.sent = ''
+                    OR (-p_priority, k.us, p_id)
+                       < (-pg_catalog.split_part(s.sent, ' ', 1)::integer,
+                          pg_catalog.split_part(s.sent, ' ', 2)::bigint,
+                          pg_catalog.split_part(s.sent, ' ', 3)::bigint)
+               THEN pg_catalog.set_config(k.name, p_priority || ' ' || k.us || ' ' || p_id, true)
+                    IS NOT NULL
+               ELSE false END
+$$;
+
 CREATE FUNCTION {schema}.archive_partition_prepare(p_period text) RETURNS timestamp with time zone
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -430,6 +454,9 @@ DECLARE
     v_id    bigint;
     v_limit integer;
     v_size  integer;
+    v_priority integer;
+    v_run_at   timestamptz;
+    v_ready    boolean;
 BEGIN
     IF p_key IS NULL OR p_key = '' THEN
         RAISE EXCEPTION 'pgqueue: dedup_window and debounce need a dedup_key'
@@ -475,10 +502,13 @@ BEGIN
             run_at = now() + p_debounce,
             status = CASE WHEN p_debounce > interval '0' THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
         WHERE j.queue = p_queue AND j.dedup_key = p_key AND j.stage IN ('queued', 'scheduled') AND j.status <> 'running'
-        RETURNING j.id INTO v_id;
+        RETURNING j.id, j.priority, j.run_at, j.status = 'queued' INTO v_id, v_priority, v_run_at, v_ready;
         IF v_id IS NOT NULL THEN
             -- Idle workers recompute when to wake up.
             PERFORM pg_notify({channel}, 'j:' || p_queue);
+            IF v_ready THEN
+                PERFORM {schema}.announce_ready(p_queue, v_priority, v_run_at, v_id);
+            END IF;
         END IF;
         RETURN v_id;
     END IF;
@@ -657,7 +687,7 @@ BEGIN
             -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
             -- scan is already ordered on ord, which would skip the sort.)
             FROM (SELECT * FROM {schema}.enqueue_input(v_jobs) v ORDER BY v.ord + 0 OFFSET 0) i
-            RETURNING j.id, j.queue, j.status
+            RETURNING j.id, j.queue, j.status, j.priority, j.run_at
         ),
         per_queue AS (
             SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
@@ -669,8 +699,12 @@ BEGIN
             ON CONFLICT (name) DO NOTHING
         ),
         notified AS (
-            SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
-            FROM per_queue p
+            SELECT (SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id))
+                    FROM per_queue p)
+                 + (SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id))
+                    FROM (SELECT DISTINCT ON (d.queue) d.queue, d.priority, d.run_at, d.id
+                          FROM inserted d WHERE d.status = 'queued'
+                          ORDER BY d.queue, d.priority DESC, d.run_at, d.id) f) AS n
         )
         SELECT d.id, true FROM inserted d CROSS JOIN notified ORDER BY d.id;
         PERFORM {schema}.check_quotas(v_jobs);
@@ -1029,6 +1063,9 @@ BEGIN
         -- An assignment, not PERFORM: evaluated as a simple expression.
         v_notified := {schema}.notify_enqueued(
             v_queue, 1, CASE WHEN v_status = 'queued' THEN 1 ELSE 0 END, v_id)::text;
+        IF v_status = 'queued' THEN
+            v_notified := {schema}.announce_ready(v_queue, v_priority, v_run_at, v_id)::text;
+        END IF;
     END IF;
     IF v_quotas THEN
         PERFORM {schema}.check_quotas(jsonb_build_array(jsonb_build_object('queue', v_queue)));
@@ -1101,6 +1138,9 @@ BEGIN
     PERFORM {schema}.notify_enqueued(v_job.queue, v_count,
                                      CASE WHEN v_job.status = 'queued' THEN v_count ELSE 0 END,
                                      v_ids[1]);
+    IF v_job.status = 'queued' THEN
+        PERFORM {schema}.announce_ready(v_job.queue, v_job.priority, v_job.run_at, v_ids[1]);
+    END IF;
     IF v_quotas THEN
         PERFORM {schema}.check_quotas(jsonb_build_array(jsonb_build_object('queue', v_job.queue)));
     END IF;
@@ -1153,7 +1193,7 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
         DO NOTHING
-        RETURNING j.id, j.queue, j.status
+        RETURNING j.id, j.queue, j.status, j.priority, j.run_at
     ),
     per_queue AS (
         SELECT d.queue, count(*) AS n, count(*) FILTER (WHERE d.status = 'queued') AS ready,
@@ -1165,8 +1205,12 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
         ON CONFLICT (name) DO NOTHING
     ),
     notified AS (
-        SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id)) AS n
-        FROM per_queue p
+        SELECT (SELECT count({schema}.notify_enqueued(p.queue, p.n, p.ready, p.job_id))
+                FROM per_queue p)
+             + (SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id))
+                FROM (SELECT DISTINCT ON (d.queue) d.queue, d.priority, d.run_at, d.id
+                      FROM inserted d WHERE d.status = 'queued'
+                      ORDER BY d.queue, d.priority DESC, d.run_at, d.id) f) AS n
     )
     SELECT i.ord, d.id, i.queue, i.dedup_key
     FROM input i
@@ -1407,7 +1451,12 @@ WITH clock AS MATERIALIZED (
                           ELSE left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000) END
     FROM decided d
     WHERE j.id = ANY ($1) AND j.id = d.job_id
-    RETURNING j.id, j.attempt_id, j.status, j.queue
+    RETURNING j.id, j.attempt_id, j.status, j.queue, j.priority, j.run_at
+), announced AS (
+    SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
+    FROM (SELECT DISTINCT ON (u.queue) u.queue, u.priority, u.run_at, u.id
+          FROM updated u WHERE u.status = 'queued'
+          ORDER BY u.queue, u.priority DESC, u.run_at, u.id) f
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id,
@@ -1434,7 +1483,7 @@ WITH clock AS MATERIALIZED (
           WHERE u.status = 'scheduled'
              OR u.queue IN (SELECT name FROM {schema}.queues WHERE concurrency_limit IS NOT NULL)) n
 )
-SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified
+SELECT u.id, u.attempt_id, u.status::text FROM updated u CROSS JOIN notified CROSS JOIN announced
 $q$ USING p_job_ids, p_attempt_ids, p_outcomes, p_retry_ats, p_retry_delays, p_permanent, p_error_codes, p_error_messages, p_tracebacks, p_now, p_graces;
 END;
 $_$;
@@ -1621,6 +1670,9 @@ BEGIN
         IF FOUND THEN
             UPDATE {schema}.jobs j SET serial_held = false WHERE j.id = v_id;
         END IF;
+        -- Leasable now, maybe behind a worker's lease cursor.
+        PERFORM {schema}.announce_ready(j.queue, j.priority, j.run_at, j.id)
+        FROM {schema}.jobs j WHERE j.id = v_id AND j.status = 'queued';
     END IF;
     RETURN NULL;
 END;
@@ -1647,7 +1699,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb)
+CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after jsonb DEFAULT NULL::jsonb) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb, priority smallint, ordered boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1684,7 +1736,24 @@ DECLARE
     v_t       text;
     v_n       integer;
     v_tctl    record;
+    -- Where this call's scan of a queue starts (see p_after below): after
+    -- (v_cp, v_cr, v_ci) in lease order; v_cp 32768 (no cursor): the head.
+    v_cursor  jsonb;
+    v_cp      integer;
+    v_cr      timestamptz;
+    v_ci      bigint;
+    v_staged_at jsonb := '{}';  -- queue -> first staged job's [priority, run_at, id]
 BEGIN
+    -- p_after: a worker's lease cursors, {"<queue>": [priority, "run_at", id]
+    -- or null}: the lease order key of the last job this worker leased from
+    -- each queue. Its scan of a queue starts after that key instead of at the
+    -- index's head, so it does not walk past the entries of jobs leased and
+    -- finished since (dead versions a long transaction elsewhere keeps from
+    -- being removed). A job that becomes ready behind a cursor is announced
+    -- with its key (announce_ready) and the worker moves its cursor back.
+    -- With p_queues NULL, p_after's queues are the ones leased from (a
+    -- worker serving every queue knows them from the notifications);
+    -- p_after NULL: every queue holding ready jobs, from the head.
     -- Stage due scheduled jobs (any queue); other queues' workers are told.
     -- Only when an index probe finds one: most calls find none, and the
     -- probe costs a fraction of the staging statement.
@@ -1698,11 +1767,22 @@ BEGIN
         ), staged AS (
             UPDATE {schema}.jobs j SET status = 'queued'
             WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-            RETURNING j.queue
+            RETURNING j.queue, j.priority, j.run_at, j.id
+        ), firsts AS (
+            SELECT DISTINCT ON (s.queue) s.queue, s.priority, s.run_at, s.id
+            FROM staged s ORDER BY s.queue, s.priority DESC, s.run_at, s.id
         )
-        SELECT array_agg(DISTINCT s.queue) INTO v_staged FROM staged s;
+        SELECT array_agg(f.queue),
+               jsonb_object_agg(f.queue, jsonb_build_array(f.priority, f.run_at, f.id))
+        INTO v_staged, v_staged_at
+        FROM firsts f;
         IF v_staged IS NOT NULL THEN
             PERFORM pg_notify({channel}, 'j:' || s) FROM unnest(v_staged) s;
+            PERFORM {schema}.announce_ready(e.key, (e.value ->> 0)::integer,
+                                            (e.value ->> 1)::timestamptz, (e.value ->> 2)::bigint)
+            FROM jsonb_each(v_staged_at) e;
+        ELSE
+            v_staged_at := '{}';
         END IF;
     END IF;
 
@@ -1716,6 +1796,7 @@ BEGIN
         FROM {schema}.queues q
         WHERE NOT q.paused AND q.name = ANY (CASE
             WHEN p_queues IS NOT NULL THEN p_queues
+            WHEN p_after IS NOT NULL THEN ARRAY(SELECT jsonb_object_keys(p_after))
             -- Every queue: only those holding ready jobs, found by a loose
             -- index scan of the ready index (one probe per such queue).
             ELSE ARRAY(
@@ -1762,19 +1843,49 @@ BEGIN
 
         v_got := 0;
         IF v_limited IS NULL THEN
+            -- The cursor, or the first job staged above if that is before it.
+            v_cursor := p_after -> v_queue.name;
+            IF jsonb_typeof(v_cursor) = 'array' AND jsonb_typeof(v_cursor -> 0) = 'number'
+               AND jsonb_typeof(v_cursor -> 1) = 'string' AND jsonb_typeof(v_cursor -> 2) = 'number'
+               AND (v_cursor ->> 0)::numeric BETWEEN -32768 AND 32767 THEN
+                v_cp := (v_cursor ->> 0)::integer;
+                v_cr := (v_cursor ->> 1)::timestamptz;
+                v_ci := (v_cursor ->> 2)::bigint;
+            ELSE
+                v_cp := 32768;
+                v_cr := NULL;
+                v_ci := NULL;
+            END IF;
+            v_cursor := v_staged_at -> v_queue.name;
+            IF v_cursor IS NOT NULL AND v_cp < 32768 AND (
+                    -(v_cursor ->> 0)::integer, (v_cursor ->> 1)::timestamptz, (v_cursor ->> 2)::bigint)
+                    <= (-v_cp, v_cr, v_ci) THEN
+                v_cp := (v_cursor ->> 0)::integer;
+                v_cr := (v_cursor ->> 1)::timestamptz;
+                v_ci := (v_cursor ->> 2)::bigint - 1;
+            END IF;
             RETURN QUERY
-            WITH picked AS MATERIALIZED (
-                -- MATERIALIZED keeps LIMIT + SKIP LOCKED in one scan; inlined, the
-                -- planner may re-run the subquery per joined row.
-                -- The row versions this statement locked, by ctid: nobody else can
-                -- change them until this transaction ends, so the update below
-                -- fetches them directly (a TID scan) instead of descending the
-                -- primary key once per job. A version committed after this
-                -- statement's snapshot (watch_job's notify_finish, set meanwhile)
-                -- is invisible to that scan: its job stays queued for the next lease.
+            WITH after_cursor AS MATERIALIZED (
                 SELECT j.ctid AS tid FROM {schema}.jobs j
-                WHERE j.queue = v_queue.name AND j.stage = 'queued' AND j.status = 'queued' AND NOT j.serial_held
-                  AND j.run_at <= v_now
+                WHERE j.queue = v_queue.name AND j.stage = 'queued' AND NOT j.serial_held
+                  AND j.priority = v_cp AND (j.run_at, j.id) > (v_cr, v_ci)
+                  AND j.status = 'queued' AND j.run_at <= v_now
+                  AND (j.serial_key IS NULL OR (
+                    coalesce((SELECT s.id FROM {schema}.jobs s
+                              WHERE s.serial_key = j.serial_key
+                                AND s.stage IN ('queued', 'scheduled')
+                              ORDER BY s.serial_key, s.id LIMIT 1), j.id) >= j.id
+                    AND (SELECT 1 FROM {schema}.jobs s
+                         WHERE s.serial_key = j.serial_key AND s.stage = 'queued' AND s.status = 'running'
+                         LIMIT 1) IS NULL))
+                ORDER BY j.run_at, j.id
+                LIMIT v_cap
+                FOR UPDATE SKIP LOCKED
+            ), below AS MATERIALIZED (
+                SELECT j.ctid AS tid FROM {schema}.jobs j
+                WHERE j.queue = v_queue.name AND j.stage = 'queued' AND NOT j.serial_held
+                  AND j.priority < v_cp
+                  AND j.status = 'queued' AND j.run_at <= v_now
                   AND (j.serial_key IS NULL OR (
                     coalesce((SELECT s.id FROM {schema}.jobs s
                               WHERE s.serial_key = j.serial_key
@@ -1786,6 +1897,21 @@ BEGIN
                 ORDER BY j.priority DESC, j.run_at, j.id
                 LIMIT v_cap
                 FOR UPDATE SKIP LOCKED
+            ), picked AS MATERIALIZED (
+                -- MATERIALIZED keeps LIMIT + SKIP LOCKED in one scan; inlined, the
+                -- planner may re-run the subquery per joined row.
+                -- The row versions this statement locked, by ctid: nobody else can
+                -- change them until this transaction ends, so the update below
+                -- fetches them directly (a TID scan) instead of descending the
+                -- primary key once per job. A version committed after this
+                -- statement's snapshot (watch_job's notify_finish, set meanwhile)
+                -- is invisible to that scan: its job stays queued for the next lease.
+                -- Two ranges of the ready index in lease order, each scanned from
+                -- its start key: the rest of the cursor's priority after the
+                -- cursor, then the lower priorities (without a cursor: all of it).
+                -- A CTE is read on demand: the second only when the first falls short.
+                SELECT c.tid FROM (SELECT a.tid FROM after_cursor a UNION ALL SELECT b.tid FROM below b) c
+                LIMIT v_cap
             )
             , leased AS (
             UPDATE {schema}.jobs j
@@ -1808,7 +1934,7 @@ BEGIN
                       j.tags, j.meta
             )
             SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
-                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta
+                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta, l.priority, true
             FROM leased l
             ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
             GET DIAGNOSTICS v_got = ROW_COUNT;
@@ -1904,9 +2030,10 @@ BEGIN
                               coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds,
                               j.priority, j.run_at, j.trace_context, j.tags, j.meta
                     )
+                    -- (ordered false: task limits skip jobs, so no cursor may pass them)
                     SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload,
                            l.lease_expires_at, l.lease_seconds, l.run_at, l.trace_context,
-                           l.tags, l.meta
+                           l.tags, l.meta, l.priority, false
                     FROM leased l
                     ORDER BY l.priority DESC, l.run_at, l.id;
                     GET DIAGNOSTICS v_n = ROW_COUNT;
@@ -2306,7 +2433,12 @@ WITH clock AS MATERIALIZED (
         lease_expires_at = NULL
     FROM old o
     WHERE j.id = ANY ($1) AND j.id = o.id
-    RETURNING j.id, j.attempt_id, j.status, j.queue
+    RETURNING j.id, j.attempt_id, j.status, j.queue, j.priority, j.run_at
+), announced AS (
+    SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
+    FROM (SELECT DISTINCT ON (u.queue) u.queue, u.priority, u.run_at, u.id
+          FROM updated u WHERE u.status = 'queued'
+          ORDER BY u.queue, u.priority DESC, u.run_at, u.id) f
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id)
@@ -2318,7 +2450,7 @@ WITH clock AS MATERIALIZED (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM updated WHERE status = 'queued') q
 )
-SELECT u.id, u.attempt_id FROM updated u CROSS JOIN notified
+SELECT u.id, u.attempt_id FROM updated u CROSS JOIN notified CROSS JOIN announced
 $q$ USING p_job_ids, p_attempt_ids, p_now;
 END;
 $_$;
@@ -2421,9 +2553,16 @@ BEGIN
         WHERE j.id = ANY (ARRAY(SELECT id FROM stale)) AND j.serial_held AND j.stage = 'queued' AND j.status = 'queued'
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE {schema}.jobs j SET serial_held = false
-    WHERE j.id = ANY (ARRAY(SELECT id FROM locked));
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    , unheld AS (
+        UPDATE {schema}.jobs j SET serial_held = false
+        WHERE j.id = ANY (ARRAY(SELECT id FROM locked))
+        RETURNING j.queue, j.priority, j.run_at, j.id
+    )
+    SELECT (SELECT count(*) FROM unheld),
+           (SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id))
+            FROM (SELECT DISTINCT ON (u.queue) u.queue, u.priority, u.run_at, u.id
+                  FROM unheld u ORDER BY u.queue, u.priority DESC, u.run_at, u.id) f)
+    INTO v_n, v_lo;
     RETURN v_n;
 END;
 $$;
@@ -2458,9 +2597,14 @@ BEGIN
         FROM {schema}.job_waits w
         WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
           AND (w.pending = 0 OR w.blocker IS NOT NULL AND NOT w.allow_failed)
-        RETURNING j.id, j.queue, j.status, j.notify_finish
+        RETURNING j.id, j.queue, j.status, j.notify_finish, j.priority, j.run_at
+    ), announced AS (
+        SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
+        FROM (SELECT DISTINCT ON (s.queue) s.queue, s.priority, s.run_at, s.id
+              FROM settled s WHERE s.status = 'queued'
+              ORDER BY s.queue, s.priority DESC, s.run_at, s.id) f
     )
-    SELECT count(pg_notify({channel}, n.payload)) INTO v_notified
+    SELECT count(pg_notify({channel}, n.payload)) + (SELECT a.n FROM announced a) INTO v_notified
     FROM (SELECT DISTINCT 'j:' || s.queue AS payload FROM settled s WHERE s.status = 'queued'
           UNION ALL
           SELECT {schema}.finished_payload(s.id, s.status, s.queue)
@@ -2850,6 +2994,8 @@ REVOKE ALL ON FUNCTION {schema}.ack_jobs(p_job_ids bigint[], p_attempt_ids bigin
 
 REVOKE ALL ON FUNCTION {schema}.ack_many(job_ids bigint[], attempt_ids bigint[]) FROM PUBLIC;
 
+REVOKE ALL ON FUNCTION {schema}.announce_ready(p_queue text, p_priority integer, p_run_at timestamp with time zone, p_id bigint) FROM PUBLIC;
+
 REVOKE ALL ON FUNCTION {schema}.archive_partition_prepare(p_period text) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.archive_partition_switch(p_period text, p_bound timestamp with time zone) FROM PUBLIC;
@@ -2918,7 +3064,7 @@ REVOKE ALL ON FUNCTION {schema}.jobs_serial_release() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.lease(queues text[], worker_id text, max integer) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer, p_now timestamp with time zone) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer, p_now timestamp with time zone, p_after jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION {schema}.lease_jobs_observed(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer, p_now timestamp with time zone) FROM PUBLIC;
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback as tb
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,6 +81,36 @@ def lease(
 ) -> Op[list[LeasedJob]]:
     """Lease up to ``limit`` jobs from ``queues`` (None: every queue);
     ``details``: also read each job's wait time and trace context."""
+    batch = yield from lease_batch(
+        ctx, queues, worker_id, limit, lease_seconds, details=details, after=None
+    )
+    return batch.jobs
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseBatch:
+    """What one lease took: the jobs, and each one's lease order key
+    ``(queue, priority, run_at, job_id, ordered)`` for the worker's cursors
+    (``ordered`` False: task limits skipped jobs, no cursor may pass them)."""
+
+    jobs: list[LeasedJob]
+    keys: list[tuple[str, int, datetime, int, bool]]
+
+
+def lease_batch(
+    ctx: OpContext,
+    queues: str | Sequence[str] | None,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float | None = None,
+    *,
+    details: bool = False,
+    after: dict[str, Any] | None,
+) -> Op[LeaseBatch]:
+    """:func:`lease` starting after the lease cursors ``after`` (queue ->
+    ``[priority, run_at ISO, job_id]`` or None for the head; with ``queues``
+    None, ``after``'s queues are the ones leased from; ``after`` None: every
+    queue from its head)."""
     valid = validation.queue_list(queues)
     names = list(valid) if valid is not None else None
     validation.positive_int("max", limit, 100_000)
@@ -99,66 +130,45 @@ def lease(
             f"got {worker_id!r}"
         )
     query: QueryName = "job_lease_observed" if details else "job_lease"
-    return _lease(ctx, names, worker_id, limit, seconds, query)
-
-
-def _lease(
-    ctx: OpContext,
-    queues: list[str] | None,
-    worker_id: str,
-    limit: int,
-    seconds: int | None,
-    query: QueryName,
-) -> Op[list[LeasedJob]]:
     rows = yield Execute(
         query,
         {
-            "queues": queues,
+            "queues": names,
             "worker_id": worker_id,
             "limit": limit,
             "lease_seconds": seconds,
             "now": ctx.clock(),
+            "after": json.dumps(after, separators=(",", ":")) if after is not None else None,
         },
         raw_json=True,
     )
     # One JSON decode for the whole batch instead of one per row.
     payloads = loads_many([row[5] for row in rows])
+    keys = [(r[4], r[-3], r[-2], r[0], r[-1]) for r in rows]
     if query == "job_lease":
-        return [
+        jobs = [
             LeasedJob(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                payload,
-                r[6],
-                r[7],
-                None,
-                None,
-                r[8],
-                r[9] and loads_stored(r[9]),
+                r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], None, None,
+                r[8], r[9] and loads_stored(r[9]),
             )
             for r, payload in zip(rows, payloads, strict=True)
-        ]
+        ]  # fmt: skip
+        return LeaseBatch(jobs, keys)
     traces = loads_many([row[9] for row in rows])
-    return [
+    jobs = [
         LeasedJob(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            payload,
-            r[6],
-            r[7],
-            r[8],
-            trace,
-            r[10],
-            r[11] and loads_stored(r[11]),
+            r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], r[8], trace,
+            r[10], r[11] and loads_stored(r[11]),
         )
         for r, payload, trace in zip(rows, payloads, traces, strict=True)
-    ]
+    ]  # fmt: skip
+    return LeaseBatch(jobs, keys)
+
+
+def ready_queues() -> Op[list[str]]:
+    """The queues holding ready jobs (an every-queue worker's discovery)."""
+    rows = yield Execute("job_ready_queues", {})
+    return [r[0] for r in rows]
 
 
 def ack_many(

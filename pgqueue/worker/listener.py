@@ -34,7 +34,9 @@ KEEPALIVE = {
 class Listener:
     """LISTENs through ``database``: ``on_message`` gets each payload,
     ``on_connected`` runs after each (re)connection; ``connected`` is set
-    while the connection is up."""
+    while the connection is up. With ``on_announce``, it also LISTENs on the
+    announcement channel (pgqueue.worker.cursors) and hands its payloads
+    there; ``on_lost`` runs when the connection drops."""
 
     def __init__(
         self,
@@ -42,11 +44,16 @@ class Listener:
         on_message: Callable[[str], None],
         on_connected: Callable[[], None],
         connected: asyncio.Event,
+        *,
+        on_announce: Callable[[str], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.database = database
         self.on_message = on_message
         self.on_connected = on_connected
         self.connected = connected
+        self.on_announce = on_announce
+        self.on_lost = on_lost
         self.episodes = Episodes(
             "listener",
             *RECONNECT_BACKOFF,
@@ -56,12 +63,20 @@ class Listener:
     async def run(self) -> None:
         while True:
             try:
-                async with self.database.listening_async(**KEEPALIVE) as payloads:
+                async with self.database.listening_async(
+                    announcements=self.on_announce is not None, **KEEPALIVE
+                ) as payloads:
                     self.connected.set()
                     self.episodes.succeeded()
                     self.on_connected()
-                    async for payload in payloads:
-                        self.on_message(payload)
+                    async for announcement, payload in payloads:
+                        if announcement:
+                            if self.on_announce is not None:
+                                self.on_announce(payload)
+                        else:
+                            self.on_message(payload)
             except Exception as exc:
                 self.connected.clear()
+                if self.on_lost is not None:
+                    self.on_lost()
                 await asyncio.sleep(self.episodes.failed(exc))

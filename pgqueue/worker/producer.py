@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from pgqueue.ops import OpContext, consume
+from pgqueue.worker.cursors import LeaseCursors, LeaseKey, parse_announcement
 from pgqueue.worker.faults import Episodes, is_transient
 from pgqueue.worker.wakeup import jittered, wait_any
 
@@ -53,11 +54,22 @@ class Producer:
         self.wake = asyncio.Event()
         self.queues = list(settings.queues) if settings.queues is not None else None
         self._queue_set = set(settings.queues) if settings.queues is not None else None
+        # Where each queue's next lease starts; active while the listener
+        # hears the announcements of jobs that become ready behind them.
+        self.cursors = LeaseCursors(self.queues)
 
     def notify(self, queue: str) -> None:
         """A notification said ``queue`` has new ready jobs (or changed settings)."""
         if self._queue_set is None or queue in self._queue_set:
+            self.cursors.know(queue)
             self.wake.set()
+
+    def announced(self, payload: str) -> None:
+        """A job became ready at a lease order key (the announcement channel)."""
+        parsed = parse_announcement(payload)
+        if parsed is not None:
+            self.cursors.rewind(*parsed)
+            self.notify(parsed[0])  # a released serial job is announced only there
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -67,6 +79,7 @@ class Producer:
         worker_id = self.settings.worker_id
         episodes = self.episodes
         settled = self.task_settings.settled
+        cursors = self.cursors
         while not self.stopping.is_set():
             free = executor.free()
             if free <= 0:
@@ -77,13 +90,25 @@ class Producer:
             self.wake.clear()  # a notification during the lease makes the next wait return
             leased_at = time.monotonic()
             await settled()  # live task settings changed just now: apply them
+            cursors.maybe_reset()
             try:
-                jobs = await db.run_async(
-                    consume.lease(ctx, self.queues, worker_id, want, details=self.lease_details)
+                if cursors.needs_discovery():
+                    cursors.discovered_queues(await db.run_async(consume.ready_queues()))
+                after = cursors.request()
+                batch = await db.run_async(
+                    consume.lease_batch(
+                        ctx, self.queues, worker_id, want, details=self.lease_details, after=after
+                    )
                 )
             except Exception as exc:
+                cursors.abandon()
                 await wait_any(self.stopping, timeout=episodes.failed(exc))
                 continue
+            jobs = batch.jobs
+            cursors.advance(
+                (queue, LeaseKey(priority, run_at, job_id), ordered)
+                for queue, priority, run_at, job_id, ordered in batch.keys
+            )
             if episodes.failing:
                 episodes.succeeded()
             if jobs:

@@ -131,6 +131,8 @@ class Worker:
             self._dispatch_to(producer, heartbeat, live_settings),
             partial(self._connected, producer, live_settings),
             parts.connected,
+            on_announce=producer.announced,
+            on_lost=producer.cursors.deactivate,
         )
         await self._register(heartbeat, live_settings)
         background = [
@@ -260,6 +262,7 @@ class Worker:
 
     def _connected(self, producer: Producer, live_settings: LiveTaskSettings) -> None:
         """LISTEN (re)connected: catch up with what its notifications missed."""
+        producer.cursors.activate()  # from the heads: announcements may have been missed
         producer.wake.set()
         live_settings.refresh_soon()  # task settings changed while not listening
 

@@ -33,12 +33,16 @@ WITH candidates AS MATERIALIZED (
     SET status = 'queued', run_at = now(), finished_at = NULL, cancel_requested = false,
         max_attempts = greatest(j.max_attempts, j.attempts + 1)
     WHERE j.id = ANY (ARRAY(SELECT id FROM candidates))
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.priority, j.run_at
 ), notified AS (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM requeued) q
+), announced AS (
+    SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
+    FROM (SELECT DISTINCT ON (r.queue) r.queue, r.priority, r.run_at, r.id
+          FROM requeued r ORDER BY r.queue, r.priority DESC, r.run_at, r.id) f
 )
-SELECT r.id FROM requeued r CROSS JOIN notified;
+SELECT r.id FROM requeued r CROSS JOIN notified CROSS JOIN announced;
 
 -- name: queue_set_paused
 -- Pause or resume a queue (creating its row if needed); workers and

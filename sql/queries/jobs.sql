@@ -27,11 +27,28 @@ SELECT job_id, created FROM {schema}.enqueue_batch(%(jobs)s::jsonb);
 SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
 
 -- name: job_lease
--- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker.
+-- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker,
+-- starting after its lease cursors %(after)s (NULL: from the heads; see
+-- lease_jobs). Each job's lease order key comes back too (priority, run_at,
+-- job_id) and whether the cursor may move past it (ordered).
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
-       tags, meta
+       tags, meta, priority, run_at, ordered
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
-                         %(lease_seconds)s::integer, %(now)s::timestamptz);
+                         %(lease_seconds)s::integer, %(now)s::timestamptz, %(after)s::jsonb);
+
+-- name: job_ready_queues
+-- The queues holding ready jobs (a loose scan of the ready index: one probe
+-- per such queue), for a worker serving every queue.
+WITH RECURSIVE ready(name) AS (
+    (SELECT j.queue FROM {schema}.jobs j
+     WHERE j.stage = 'queued' AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs j
+            WHERE j.queue > r.name AND j.stage = 'queued' AND j.status = 'queued'
+            ORDER BY j.queue LIMIT 1)
+    FROM ready r WHERE r.name IS NOT NULL
+)
+SELECT r.name FROM ready r WHERE r.name IS NOT NULL;
 
 -- name: job_ack_many
 -- Finish leased jobs successfully (cancelled if a cancel was requested while

@@ -15,9 +15,9 @@ FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
 -- context: the same lease_jobs call, two more of its columns.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
        extract(epoch FROM lease_expires_at - run_at)::float8 - lease_seconds AS wait_seconds,
-       trace_context, tags, meta
+       trace_context, tags, meta, priority, run_at, ordered
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
-                         %(lease_seconds)s::integer, %(now)s::timestamptz);
+                         %(lease_seconds)s::integer, %(now)s::timestamptz, %(after)s::jsonb);
 
 -- name: metrics_queue_live
 -- Per queue: paused, ready and running counts (each an index range scan of
