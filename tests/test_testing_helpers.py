@@ -4,6 +4,7 @@ the worker's execution path, perform, and isolated schemas."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -256,6 +257,118 @@ def test_drain_applies_timeouts_and_kills_unknown_tasks(app: pgqueue.App) -> Non
     assert [a.outcome for a in slow_job.attempt_history or []] == ["timeout"]
     assert "exceeded its timeout of 0.2s" in (slow_job.last_error or "")
     assert "no task named 'not_in_this_app'" in (app.get_job(ghost_id).last_error or "")
+
+
+class Recording(pgqueue.Middleware):
+    """Records around each run and stores ``{"wrapped": result}``."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def process(self, context: pgqueue.JobContext, call_next: Callable[[], Any]) -> Any:
+        self.calls.append(f"in {context.task} {context.tags}")
+        try:
+            return {"wrapped": call_next()}
+        finally:
+            self.calls.append(f"out {context.task}")
+
+    async def process_async(
+        self, context: pgqueue.JobContext, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        self.calls.append(f"in {context.task} {context.tags}")
+        try:
+            return {"wrapped": await call_next()}
+        finally:
+            self.calls.append(f"out {context.task}")
+
+    def before_enqueue(self, spec: pgqueue.JobSpec) -> pgqueue.JobSpec:
+        return spec._replace(tags=[*(spec.tags or []), "svc:orders"])
+
+
+def test_drain_runs_the_apps_middleware_and_stores_what_it_returns(app: pgqueue.App) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task
+    def price(n: int) -> int:
+        calls.append("process price")
+        return n
+
+    @app.task
+    async def async_price(n: int) -> int:
+        calls.append("process async_price")
+        return n
+
+    sync_id = price.enqueue(n=7).job_id
+    async_id = async_price.enqueue(n=8).job_id
+    assert drain(app) == DrainResult(succeeded=2)
+    assert calls == [
+        "in price ['svc:orders']", "process price", "out price",
+        "in async_price ['svc:orders']", "process async_price", "out async_price",
+    ]  # fmt: skip
+    assert app.get_job(sync_id).result == {"wrapped": 7}
+    assert app.result(async_id) == {"wrapped": 8}
+
+
+def test_under_drain_a_tasks_timeout_covers_its_middleware(app: pgqueue.App) -> None:
+    class Slow(pgqueue.Middleware):
+        async def process_async(
+            self, context: pgqueue.JobContext, call_next: Callable[[], Awaitable[Any]]
+        ) -> Any:
+            await asyncio.sleep(30)
+            return await call_next()
+
+    app.add_middleware(Slow())
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def quick() -> str:
+        return "never reached"
+
+    job_id = quick.enqueue().job_id
+    assert drain(app) == DrainResult(dead=1)
+    job = app.get_job(job_id, history=True)
+    # Not covered, the middleware would call the task after 30 s: succeeded.
+    assert [a.outcome for a in job.attempt_history or []] == ["timeout"]
+
+
+def test_drain_runs_workflow_steps_that_read_their_dependencies_results(
+    app: pgqueue.App,
+) -> None:
+    @app.task
+    def fetch_order(order_id: int) -> dict[str, int]:
+        return {"order_id": order_id, "total_cents": 1999}
+
+    @app.task(pass_context=True)
+    async def charge_card(context: pgqueue.JobContext) -> int:
+        return int(context.dependency_results()["fetch_order"]["total_cents"])
+
+    @app.task(pass_context=True)
+    def ship_order(context: pgqueue.JobContext) -> dict[str, Any]:
+        return {"seen": context.dependency_results(), "workflow": context.workflow_id}
+
+    wf = app.workflow("checkout-42")
+    fetch = wf.add(fetch_order, {"order_id": 42})
+    charge = wf.add(charge_card, after=fetch)
+    wf.add(ship_order, after=[fetch, charge])
+    run = wf.enqueue()
+
+    assert drain(app) == DrainResult(succeeded=3)
+    assert app.get_workflow(run.workflow_id).status == "succeeded"
+    assert app.result(run.jobs["charge_card"]) == 1999
+    assert app.result(run.jobs["ship_order"]) == {
+        "seen": {"fetch_order": {"order_id": 42, "total_cents": 1999}, "charge_card": 1999},
+        "workflow": run.workflow_id,
+    }
+
+
+def test_drain_stores_progress_as_a_worker_does(app: pgqueue.App) -> None:
+    @app.task(pass_context=True)
+    def import_rows(context: pgqueue.JobContext) -> None:
+        context.set_progress({"done": 10, "total": 10})
+
+    job_id = import_rows.enqueue().job_id
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(job_id).progress == {"done": 10, "total": 10}
 
 
 def test_drain_counts_a_job_cancelled_while_it_ran(app: pgqueue.App) -> None:

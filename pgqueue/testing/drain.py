@@ -1,11 +1,15 @@
 """``drain``: run the ready jobs in this process, as ``pgqueue worker`` would.
 
-The jobs go through the worker's own parts: the executor (task call,
-timeout, Retry/Permanent/exception classification, result encoding), the
-completer (the same batched ack/fail statements, so retries, backoff and
-dead-lettering are the database's) and the heartbeat (lease extension,
-``context.extend``, cancel requests). Jobs are leased one at a time, so they
-run in queue order (priority, run_at, id) and a test sees one outcome at a time.
+The jobs go through the worker's own parts, built by the worker's own
+constructor from the same App (:meth:`pgqueue.worker.parts.JobParts.build`
+of :meth:`~pgqueue.worker.parts.WorkerApp.of`): the executor (the App's
+middleware around the task call, the timeout over both, dependency results,
+Retry/Snooze/Permanent/exception classification, result encoding), the
+completer (the same batched ack/fail statements, so retries, backoff,
+dead-lettering and workflow releases are the database's), the heartbeat
+(lease extension, ``context.extend``, cancel requests) and the progress
+writer. Jobs are leased one at a time, so they run in queue order
+(priority, run_at, id) and a test sees one outcome at a time.
 """
 
 from __future__ import annotations
@@ -23,14 +27,12 @@ from typing import TYPE_CHECKING
 from pgqueue import validation
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
-from pgqueue.ops import OpContext, consume, operator
-from pgqueue.worker.parts import JobParts
+from pgqueue.ops import consume, operator
+from pgqueue.worker.parts import JobParts, WorkerApp
 from pgqueue.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from pgqueue.app import App
-    from pgqueue.worker.completer import Completer
-    from pgqueue.worker.executor import Executor
 
 __all__ = ["DrainResult", "drain", "drain_async"]
 
@@ -74,7 +76,11 @@ def drain(
         checkout.enqueue(order_id=42)
         assert drain(app) == DrainResult(succeeded=2)   # checkout enqueued a receipt job
 
-    Jobs that jobs enqueue run too, and so do retries that are due.
+    The jobs run as under ``pgqueue worker``: the App's middleware wraps
+    each task (its timeout covering both), ``context.dependency_results()``
+    reads the results of a workflow step's dependencies, and the outcome is
+    recorded by the worker's statements. Jobs that jobs enqueue run too,
+    and so do retries that are due.
     ``with_scheduled=True`` also runs scheduled jobs and retries whose run_at
     is ahead: the drain's clock jumps to each next run_at (the database's
     clock override, which only the schema's owner may use); their attempts
@@ -111,7 +117,9 @@ async def drain_async(
     queues = validation.queue_list([queue] if isinstance(queue, str) else queue)
     limit = validation.positive_int("max_jobs", max_jobs)
     clock = _JumpingClock() if with_scheduled else None
-    ctx = replace(app.op_context, clock=clock) if clock is not None else app.op_context
+    worker_app = WorkerApp.of(app)  # what `pgqueue worker` reads of the App
+    if clock is not None:
+        worker_app = replace(worker_app, ctx=replace(worker_app.ctx, clock=clock))
     settings = WorkerSettings.build(
         queues,
         concurrency=1,
@@ -123,7 +131,7 @@ async def drain_async(
         unknown_task_grace=0.0,
         worker_id=f"drain:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
     )
-    return await _Drain(app, ctx, settings, clock).run(limit)
+    return await _Drain(worker_app, settings, clock).run(limit)
 
 
 class _JumpingClock:
@@ -150,11 +158,11 @@ class _JumpingClock:
 
 class _Drain:
     def __init__(
-        self, app: App, ctx: OpContext, settings: WorkerSettings, clock: _JumpingClock | None
+        self, app: WorkerApp, settings: WorkerSettings, clock: _JumpingClock | None
     ) -> None:
         self.app = app
-        self.ctx = ctx
         self.settings = settings
+        self.queues = list(settings.queues) if settings.queues is not None else None
         self.clock = clock
         self.fatal: BaseException | None = None
 
@@ -162,68 +170,58 @@ class _Drain:
         self.fatal = self.fatal or exc
 
     async def run(self, limit: int) -> DrainResult:
-        app, ctx, settings = self.app, self.ctx, self.settings
         stopped = asyncio.Event()
-        parts = JobParts.build(
-            app.database,
-            ctx,
-            settings,
-            app.tasks,
-            app.max_result_bytes,
-            running={},
-            on_fatal=self._on_fatal,
-            stopped=stopped,
-        )
-        executor, completer, heartbeat = parts.executor, parts.completer, parts.heartbeat
+        parts = JobParts.build(self.app, self.settings, on_fatal=self._on_fatal, stopped=stopped)
+        heartbeat = parts.heartbeat
         await parts.live_settings.refresh()  # operators' task settings, as a worker's
         await heartbeat.register()
         beating = asyncio.create_task(heartbeat.run(), name="pgqueue-drain-heartbeat")
         try:
-            counts = await self._loop(executor, completer, limit, beating)
+            counts = await self._loop(parts, limit, beating)
         finally:
             stopped.set()
             await asyncio.gather(beating, return_exceptions=True)
             await heartbeat.deregister()
             await parts.transactions.close()
-            executor.close()
+            parts.executor.close()
+            parts.observer.close()
         return counts
 
-    async def _loop(
-        self, executor: Executor, completer: Completer, limit: int, beating: asyncio.Task[None]
-    ) -> DrainResult:
-        app, ctx = self.app, self.ctx
-        queues = list(self.settings.queues) if self.settings.queues is not None else None
+    async def _loop(self, parts: JobParts, limit: int, beating: asyncio.Task[None]) -> DrainResult:
+        database, ctx = self.app.database, self.app.ctx
+        executor, completer = parts.executor, parts.completer
         tally = dict.fromkeys(("succeeded", "failed", "dead", "cancelled"), 0)
         ran = 0
         while ran < limit:
             leased_at = time.monotonic()
-            jobs = await app.database.run_async(
-                consume.lease(ctx, queues, self.settings.worker_id, 1)
+            jobs = await database.run_async(
+                consume.lease(ctx, self.queues, self.settings.worker_id, 1)
             )
             if not jobs:
-                if await self._jump(queues):
+                if await self._jump():
                     continue
                 break
             executor.start_many(jobs, leased_at)
             await executor.idle.wait()
             await completer.drain()
+            await parts.progress.drain()  # the last set_progress of the attempt
             if self.fatal is not None:
                 raise self.fatal
             if beating.done() and beating.exception() is not None:
                 raise beating.exception()  # type: ignore[misc]
             ids = [job.job_id for job in jobs]
-            statuses = await app.database.run_async(operator.job_statuses(ids))
+            statuses = await database.run_async(operator.job_statuses(ids))
             for job_id in ids:
                 tally[_outcome(statuses.get(job_id))] += 1
             ran += len(jobs)
         return DrainResult(**tally)
 
-    async def _jump(self, queues: list[str] | None) -> bool:
+    async def _jump(self) -> bool:
         """with_scheduled: move the clock to the next scheduled job (or
         rate-limit slot); False when there is none."""
         if self.clock is None:
             return False
-        due = await self.app.database.run_async(consume.next_due(queues))
+        due = await self.app.database.run_async(consume.next_due(self.queues))
         if due is None:
             return False
         if not self.clock.jump(due):
