@@ -464,6 +464,33 @@ def test_perform_lets_exceptions_through_and_runs_async_tasks(app: pgqueue.App) 
     assert enqueued_jobs(app) == []  # perform writes nothing
 
 
+def test_perform_runs_the_apps_middleware_around_sync_and_async_tasks(
+    app: pgqueue.App,
+) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task(pass_context=True)
+    def price(n: int, context: pgqueue.JobContext) -> int:
+        calls.append(f"process {context.task} attempt {context.attempt}")
+        return n
+
+    @app.task
+    async def async_price(n: int) -> int:
+        calls.append("process async_price")
+        return n
+
+    assert perform(price, {"n": 7}, attempt=2) == {"wrapped": 7}
+    assert perform(async_price, {"n": 8}) == {"wrapped": 8}
+    assert asyncio.run(perform_async(price, {"n": 9})) == {"wrapped": 9}
+    assert calls == [
+        "in price []", "process price attempt 2", "out price",
+        "in async_price []", "process async_price", "out async_price",
+        "in price []", "process price attempt 1", "out price",
+    ]  # fmt: skip
+    assert enqueued_jobs(app) == []
+
+
 # --- isolated schemas ----------------------------------------------------------------
 
 
