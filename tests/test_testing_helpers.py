@@ -522,6 +522,31 @@ def test_isolated_points_the_app_at_a_fresh_schema_and_drops_it(
     assert [j.id for j in enqueued_jobs(app)] == [outside]
 
 
+def test_isolated_keeps_the_apps_middleware_tasks_and_clock(app: pgqueue.App) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task(queue="orders", max_attempts=7)
+    def ship(order_id: int) -> int:
+        return order_id
+
+    before = app.op_context
+    with isolated(app):
+        inside = app.op_context
+        # Only where the app points changed.
+        assert (inside.schema, inside.queries.schema) == (app.schema, app.schema)
+        for name in ("max_payload_bytes", "max_result_bytes", "task_defaults", "clock"):
+            assert getattr(inside, name) == getattr(before, name), name
+        assert inside.middleware is app.middleware
+        job_id = ship.enqueue(order_id=5).job_id
+        job = app.get_job(job_id)
+        assert (job.tags, job.queue, job.max_attempts) == (["svc:orders"], "orders", 7)
+        assert drain(app) == DrainResult(succeeded=1)
+        assert app.result(job_id) == {"wrapped": 5}
+        assert calls == ["in ship ['svc:orders']", "out ship"]
+    assert app.op_context is before
+
+
 def test_isolated_drops_the_schema_when_the_test_fails(app: pgqueue.App, db_dsn: str) -> None:
     def failing_test() -> None:
         with isolated(app):
