@@ -4,6 +4,7 @@ the worker's execution path, perform, and isolated schemas."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from pgqueue.testing import (
     refute_enqueued,
 )
 from pgqueue.testing.isolation import _BOUND, server_for_tests
+from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
 NO_WAIT = pgqueue.Backoff(base=0, jitter=0)  # retries due at once
 
@@ -173,9 +175,14 @@ def test_drain_counts_failed_attempts_retried_and_dead_jobs(app: pgqueue.App) ->
     flaky_id = flaky.enqueue().job_id
     refuses.enqueue()
     lucky_id = second_time_lucky.enqueue().job_id
+    # Retries (due at once here) wait for the next drain: a drain runs what
+    # was due when it began.
+    assert drain(app) == DrainResult(failed=2, dead=1)
+    assert drain(app) == DrainResult(succeeded=1, failed=1)
     result = drain(app)
-    assert result == DrainResult(succeeded=1, failed=3, dead=2)
-    assert result.total == 6
+    assert result == DrainResult(dead=1)
+    assert result.total == 1
+    assert drain(app) == DrainResult()
 
     job = app.get_job(flaky_id, history=True)
     assert (job.status, job.attempts) == ("dead", 3)
@@ -218,6 +225,136 @@ def test_drain_leaves_future_retries_and_scheduled_jobs_unless_with_scheduled(
     [attempt] = app.get_job(scheduled, history=True).attempt_history or []
     assert attempt.started_at is not None
     assert attempt.started_at > datetime.now(UTC) + timedelta(days=2)
+
+
+def test_drain_with_scheduled_runs_the_retries_too(app: pgqueue.App) -> None:
+    @app.task(pass_context=True, max_attempts=3, retry=pgqueue.Backoff(base=30, jitter=0))
+    def flaky(context: pgqueue.JobContext) -> int:
+        if context.attempt < 3:
+            raise ConnectionError("flaky network")
+        return context.attempt
+
+    job_id = flaky.enqueue().job_id
+    result = drain(app, with_scheduled=True)
+    assert result == DrainResult(succeeded=1, failed=2)
+    assert result.total == 3
+    assert app.get_job(job_id).result == 3
+
+
+def test_drain_counts_snoozes_apart_from_failures(app: pgqueue.App) -> None:
+    snoozed: list[int] = []
+
+    @app.task(timeout=0.2, max_attempts=3, retry=pgqueue.Backoff(base=60, jitter=0))
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    @app.task(pass_context=True)
+    def not_now(context: pgqueue.JobContext) -> str:
+        if context.job_id not in snoozed:
+            snoozed.append(context.job_id)
+            raise pgqueue.Snooze()  # due again at once, but not in this drain
+        return "done"
+
+    first, second = slow.enqueue().job_id, slow.enqueue().job_id
+    later = not_now.enqueue().job_id
+    result = drain(app)
+    assert result == DrainResult(failed=2, snoozed=1)
+    assert result.total == 3
+    assert [app.get_job(i).attempts for i in (first, second, later)] == [1, 1, 0]
+    assert app.get_job(later, history=True).snoozes == 1
+
+    # The snooze is due by the next drain; the retries are a minute away.
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(later).result == "done"
+    assert [j.id for j in enqueued_jobs(app)] == [first, second]
+
+
+def test_drain_runs_what_was_due_when_it_began_whatever_the_jobs_take(
+    app: pgqueue.App,
+) -> None:
+    @app.task(queue="q")
+    def slow_checkout(order_id: int) -> None:
+        time.sleep(0.6)  # longer than the delay of the reminder below
+        receipt.enqueue(order_id=order_id)  # enqueued for now: this drain runs it
+
+    @app.task(queue="q")
+    def receipt(order_id: int) -> int:
+        return order_id
+
+    @app.task(queue="q")
+    def reminder() -> str:
+        return "remind"
+
+    checkout_id = slow_checkout.enqueue(order_id=7).job_id
+    # Due while the drain runs, but not when it began: left for the next one.
+    reminder_id = reminder.with_options(delay=0.3).enqueue().job_id
+    assert drain(app) == DrainResult(succeeded=2)
+    assert app.get_job(checkout_id).status == "succeeded"
+    [sent] = app.list_jobs(task="receipt")
+    assert (sent.status, sent.result) == ("succeeded", 7)
+    assert app.get_job(reminder_id).status == "queued"  # due by now
+    assert drain(app) == DrainResult(succeeded=1)
+
+
+def test_a_retry_due_at_once_does_not_stop_the_jobs_behind_it(app: pgqueue.App) -> None:
+    @app.task(pass_context=True)
+    def busy(context: pgqueue.JobContext) -> int:
+        if context.attempt == 1:
+            raise pgqueue.Retry()  # due at once: ahead of the receipt enqueued below
+        return context.attempt
+
+    @app.task
+    def checkout(order_id: int) -> None:
+        receipt.enqueue(order_id=order_id)
+
+    @app.task
+    def receipt(order_id: int) -> int:
+        return order_id
+
+    busy_id = busy.enqueue().job_id
+    checkout.enqueue(order_id=3)
+    # The retry stands before the receipt in the queue: the drain holds it
+    # leased, unrun, to reach the receipt, and hands it back at its end.
+    assert drain(app) == DrainResult(succeeded=2, failed=1)
+    [sent] = app.list_jobs(task="receipt")
+    assert (sent.status, sent.result) == ("succeeded", 3)
+    held = app.get_job(busy_id, history=True)
+    assert (held.status, held.attempts) == ("queued", 1)
+    assert [a.outcome for a in held.attempt_history or []] == ["retry", "released"]
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(busy_id).result == 2
+
+
+def test_a_drain_as_a_worker_role_runs_what_was_due_when_it_began(
+    app: pgqueue.App,
+    db_dsn: str,
+    roles: Roles,  # noqa: F811
+) -> None:
+    # The cut-off needs no clock override: it works for a role that does not
+    # own the schema (one `pgqueue grant --worker` made).
+    worker = roles.create(db_dsn, "pgq_drainer", kind="worker")
+    with pgqueue.App(worker.dsn) as as_worker:
+
+        @as_worker.task(pass_context=True)
+        def busy(context: pgqueue.JobContext) -> int:
+            if context.attempt == 1:
+                raise pgqueue.Retry()
+            return context.attempt
+
+        @as_worker.task
+        def checkout(order_id: int) -> None:
+            receipt.enqueue(order_id=order_id)
+
+        @as_worker.task
+        def receipt(order_id: int) -> int:
+            return order_id
+
+        busy_id = app.enqueue("busy").job_id
+        app.enqueue("checkout", {"order_id": 4})
+        assert drain(as_worker) == DrainResult(succeeded=2, failed=1)
+        assert app.get_job(busy_id).status == "queued"
+        assert drain(as_worker) == DrainResult(succeeded=1)
+    assert [j.status for j in app.list_jobs()] == ["succeeded"] * 3
 
 
 def test_drain_runs_one_queue(app: pgqueue.App) -> None:
