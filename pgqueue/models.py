@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -181,10 +181,21 @@ class QueueMetrics:
 @dataclass(frozen=True, slots=True)
 class Page:
     """A page of :meth:`pgqueue.App.list_jobs`; pass ``next_cursor`` back for
-    the next page (``None`` on the last page)."""
+    the next page (``None`` on the last page). It iterates over its jobs and
+    ``len(page)`` counts them::
+
+        for job in app.list_jobs(status="dead"):
+            print(job.id, job.last_error)
+    """
 
     jobs: list[Job]
     next_cursor: str | None
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,11 @@ QueryName = Literal[
     "schema_summary",
     "schema_drop",
     "job_became_due",
+    # sql/queries/testing.sql (pgqueue.testing.drain)
+    "drain_clock",
+    "drain_queue_heads",
+    "drain_job_due",
+    "attempt_outcomes",
     # telemetry (metrics, tracing) and doctor
     "job_enqueue_batch_traced",
     "job_lease_observed",

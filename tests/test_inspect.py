@@ -79,6 +79,17 @@ def test_list_jobs_pages_newest_first_until_the_last_page(app: pgqueue.App) -> N
     assert seen == sorted(ids, reverse=True)
 
 
+def test_a_page_of_jobs_iterates_over_its_jobs_and_has_a_length(app: pgqueue.App) -> None:
+    ids = [app.enqueue("t", {"i": i}).job_id for i in range(3)]
+    page = app.list_jobs(limit=2)
+    assert [job.id for job in page] == [j.id for j in page.jobs] == ids[:0:-1]
+    assert len(page) == 2
+    assert page.next_cursor is not None
+    [last] = app.list_jobs(limit=2, cursor=page.next_cursor)
+    assert last.id == ids[0]
+    assert len(app.list_jobs(status="dead")) == 0
+
+
 def test_list_jobs_cursor_is_stable_while_jobs_are_added(app: pgqueue.App) -> None:
     ids = [app.enqueue("t").job_id for _ in range(6)]
     first = app.list_jobs(limit=3)

@@ -4,6 +4,8 @@ the worker's execution path, perform, and isolated schemas."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +25,7 @@ from pgqueue.testing import (
     refute_enqueued,
 )
 from pgqueue.testing.isolation import _BOUND, server_for_tests
+from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
 NO_WAIT = pgqueue.Backoff(base=0, jitter=0)  # retries due at once
 
@@ -172,9 +175,14 @@ def test_drain_counts_failed_attempts_retried_and_dead_jobs(app: pgqueue.App) ->
     flaky_id = flaky.enqueue().job_id
     refuses.enqueue()
     lucky_id = second_time_lucky.enqueue().job_id
+    # Retries (due at once here) wait for the next drain: a drain runs what
+    # was due when it began.
+    assert drain(app) == DrainResult(failed=2, dead=1)
+    assert drain(app) == DrainResult(succeeded=1, failed=1)
     result = drain(app)
-    assert result == DrainResult(succeeded=1, failed=3, dead=2)
-    assert result.total == 6
+    assert result == DrainResult(dead=1)
+    assert result.total == 1
+    assert drain(app) == DrainResult()
 
     job = app.get_job(flaky_id, history=True)
     assert (job.status, job.attempts) == ("dead", 3)
@@ -219,6 +227,136 @@ def test_drain_leaves_future_retries_and_scheduled_jobs_unless_with_scheduled(
     assert attempt.started_at > datetime.now(UTC) + timedelta(days=2)
 
 
+def test_drain_with_scheduled_runs_the_retries_too(app: pgqueue.App) -> None:
+    @app.task(pass_context=True, max_attempts=3, retry=pgqueue.Backoff(base=30, jitter=0))
+    def flaky(context: pgqueue.JobContext) -> int:
+        if context.attempt < 3:
+            raise ConnectionError("flaky network")
+        return context.attempt
+
+    job_id = flaky.enqueue().job_id
+    result = drain(app, with_scheduled=True)
+    assert result == DrainResult(succeeded=1, failed=2)
+    assert result.total == 3
+    assert app.get_job(job_id).result == 3
+
+
+def test_drain_counts_snoozes_apart_from_failures(app: pgqueue.App) -> None:
+    snoozed: list[int] = []
+
+    @app.task(timeout=0.2, max_attempts=3, retry=pgqueue.Backoff(base=60, jitter=0))
+    async def slow() -> None:
+        await asyncio.sleep(30)
+
+    @app.task(pass_context=True)
+    def not_now(context: pgqueue.JobContext) -> str:
+        if context.job_id not in snoozed:
+            snoozed.append(context.job_id)
+            raise pgqueue.Snooze()  # due again at once, but not in this drain
+        return "done"
+
+    first, second = slow.enqueue().job_id, slow.enqueue().job_id
+    later = not_now.enqueue().job_id
+    result = drain(app)
+    assert result == DrainResult(failed=2, snoozed=1)
+    assert result.total == 3
+    assert [app.get_job(i).attempts for i in (first, second, later)] == [1, 1, 0]
+    assert app.get_job(later, history=True).snoozes == 1
+
+    # The snooze is due by the next drain; the retries are a minute away.
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(later).result == "done"
+    assert [j.id for j in enqueued_jobs(app)] == [first, second]
+
+
+def test_drain_runs_what_was_due_when_it_began_whatever_the_jobs_take(
+    app: pgqueue.App,
+) -> None:
+    @app.task(queue="q")
+    def slow_checkout(order_id: int) -> None:
+        time.sleep(0.6)  # longer than the delay of the reminder below
+        receipt.enqueue(order_id=order_id)  # enqueued for now: this drain runs it
+
+    @app.task(queue="q")
+    def receipt(order_id: int) -> int:
+        return order_id
+
+    @app.task(queue="q")
+    def reminder() -> str:
+        return "remind"
+
+    checkout_id = slow_checkout.enqueue(order_id=7).job_id
+    # Due while the drain runs, but not when it began: left for the next one.
+    reminder_id = reminder.with_options(delay=0.3).enqueue().job_id
+    assert drain(app) == DrainResult(succeeded=2)
+    assert app.get_job(checkout_id).status == "succeeded"
+    [sent] = app.list_jobs(task="receipt")
+    assert (sent.status, sent.result) == ("succeeded", 7)
+    assert app.get_job(reminder_id).status == "queued"  # due by now
+    assert drain(app) == DrainResult(succeeded=1)
+
+
+def test_a_retry_due_at_once_does_not_stop_the_jobs_behind_it(app: pgqueue.App) -> None:
+    @app.task(pass_context=True)
+    def busy(context: pgqueue.JobContext) -> int:
+        if context.attempt == 1:
+            raise pgqueue.Retry()  # due at once: ahead of the receipt enqueued below
+        return context.attempt
+
+    @app.task
+    def checkout(order_id: int) -> None:
+        receipt.enqueue(order_id=order_id)
+
+    @app.task
+    def receipt(order_id: int) -> int:
+        return order_id
+
+    busy_id = busy.enqueue().job_id
+    checkout.enqueue(order_id=3)
+    # The retry stands before the receipt in the queue: the drain holds it
+    # leased, unrun, to reach the receipt, and hands it back at its end.
+    assert drain(app) == DrainResult(succeeded=2, failed=1)
+    [sent] = app.list_jobs(task="receipt")
+    assert (sent.status, sent.result) == ("succeeded", 3)
+    held = app.get_job(busy_id, history=True)
+    assert (held.status, held.attempts) == ("queued", 1)
+    assert [a.outcome for a in held.attempt_history or []] == ["retry", "released"]
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(busy_id).result == 2
+
+
+def test_a_drain_as_a_worker_role_runs_what_was_due_when_it_began(
+    app: pgqueue.App,
+    db_dsn: str,
+    roles: Roles,  # noqa: F811
+) -> None:
+    # The cut-off needs no clock override: it works for a role that does not
+    # own the schema (one `pgqueue grant --worker` made).
+    worker = roles.create(db_dsn, "pgq_drainer", kind="worker")
+    with pgqueue.App(worker.dsn) as as_worker:
+
+        @as_worker.task(pass_context=True)
+        def busy(context: pgqueue.JobContext) -> int:
+            if context.attempt == 1:
+                raise pgqueue.Retry()
+            return context.attempt
+
+        @as_worker.task
+        def checkout(order_id: int) -> None:
+            receipt.enqueue(order_id=order_id)
+
+        @as_worker.task
+        def receipt(order_id: int) -> int:
+            return order_id
+
+        busy_id = app.enqueue("busy").job_id
+        app.enqueue("checkout", {"order_id": 4})
+        assert drain(as_worker) == DrainResult(succeeded=2, failed=1)
+        assert app.get_job(busy_id).status == "queued"
+        assert drain(as_worker) == DrainResult(succeeded=1)
+    assert [j.status for j in app.list_jobs()] == ["succeeded"] * 3
+
+
 def test_drain_runs_one_queue(app: pgqueue.App) -> None:
     @app.task(queue="a")
     def in_a() -> None: ...
@@ -256,6 +394,118 @@ def test_drain_applies_timeouts_and_kills_unknown_tasks(app: pgqueue.App) -> Non
     assert [a.outcome for a in slow_job.attempt_history or []] == ["timeout"]
     assert "exceeded its timeout of 0.2s" in (slow_job.last_error or "")
     assert "no task named 'not_in_this_app'" in (app.get_job(ghost_id).last_error or "")
+
+
+class Recording(pgqueue.Middleware):
+    """Records around each run and stores ``{"wrapped": result}``."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def process(self, context: pgqueue.JobContext, call_next: Callable[[], Any]) -> Any:
+        self.calls.append(f"in {context.task} {context.tags}")
+        try:
+            return {"wrapped": call_next()}
+        finally:
+            self.calls.append(f"out {context.task}")
+
+    async def process_async(
+        self, context: pgqueue.JobContext, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        self.calls.append(f"in {context.task} {context.tags}")
+        try:
+            return {"wrapped": await call_next()}
+        finally:
+            self.calls.append(f"out {context.task}")
+
+    def before_enqueue(self, spec: pgqueue.JobSpec) -> pgqueue.JobSpec:
+        return spec._replace(tags=[*(spec.tags or []), "svc:orders"])
+
+
+def test_drain_runs_the_apps_middleware_and_stores_what_it_returns(app: pgqueue.App) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task
+    def price(n: int) -> int:
+        calls.append("process price")
+        return n
+
+    @app.task
+    async def async_price(n: int) -> int:
+        calls.append("process async_price")
+        return n
+
+    sync_id = price.enqueue(n=7).job_id
+    async_id = async_price.enqueue(n=8).job_id
+    assert drain(app) == DrainResult(succeeded=2)
+    assert calls == [
+        "in price ['svc:orders']", "process price", "out price",
+        "in async_price ['svc:orders']", "process async_price", "out async_price",
+    ]  # fmt: skip
+    assert app.get_job(sync_id).result == {"wrapped": 7}
+    assert app.result(async_id) == {"wrapped": 8}
+
+
+def test_under_drain_a_tasks_timeout_covers_its_middleware(app: pgqueue.App) -> None:
+    class Slow(pgqueue.Middleware):
+        async def process_async(
+            self, context: pgqueue.JobContext, call_next: Callable[[], Awaitable[Any]]
+        ) -> Any:
+            await asyncio.sleep(30)
+            return await call_next()
+
+    app.add_middleware(Slow())
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def quick() -> str:
+        return "never reached"
+
+    job_id = quick.enqueue().job_id
+    assert drain(app) == DrainResult(dead=1)
+    job = app.get_job(job_id, history=True)
+    # Not covered, the middleware would call the task after 30 s: succeeded.
+    assert [a.outcome for a in job.attempt_history or []] == ["timeout"]
+
+
+def test_drain_runs_workflow_steps_that_read_their_dependencies_results(
+    app: pgqueue.App,
+) -> None:
+    @app.task
+    def fetch_order(order_id: int) -> dict[str, int]:
+        return {"order_id": order_id, "total_cents": 1999}
+
+    @app.task(pass_context=True)
+    async def charge_card(context: pgqueue.JobContext) -> int:
+        return int(context.dependency_results()["fetch_order"]["total_cents"])
+
+    @app.task(pass_context=True)
+    def ship_order(context: pgqueue.JobContext) -> dict[str, Any]:
+        return {"seen": context.dependency_results(), "workflow": context.workflow_id}
+
+    wf = app.workflow("checkout-42")
+    fetch = wf.add(fetch_order, {"order_id": 42})
+    charge = wf.add(charge_card, after=fetch)
+    wf.add(ship_order, after=[fetch, charge])
+    run = wf.enqueue()
+
+    assert drain(app) == DrainResult(succeeded=3)
+    assert app.get_workflow(run.workflow_id).status == "succeeded"
+    assert app.result(run.jobs["charge_card"]) == 1999
+    assert app.result(run.jobs["ship_order"]) == {
+        "seen": {"fetch_order": {"order_id": 42, "total_cents": 1999}, "charge_card": 1999},
+        "workflow": run.workflow_id,
+    }
+
+
+def test_drain_stores_progress_as_a_worker_does(app: pgqueue.App) -> None:
+    @app.task(pass_context=True)
+    def import_rows(context: pgqueue.JobContext) -> None:
+        context.set_progress({"done": 10, "total": 10})
+
+    job_id = import_rows.enqueue().job_id
+    assert drain(app) == DrainResult(succeeded=1)
+    assert app.get_job(job_id).progress == {"done": 10, "total": 10}
 
 
 def test_drain_counts_a_job_cancelled_while_it_ran(app: pgqueue.App) -> None:
@@ -351,6 +601,33 @@ def test_perform_lets_exceptions_through_and_runs_async_tasks(app: pgqueue.App) 
     assert enqueued_jobs(app) == []  # perform writes nothing
 
 
+def test_perform_runs_the_apps_middleware_around_sync_and_async_tasks(
+    app: pgqueue.App,
+) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task(pass_context=True)
+    def price(n: int, context: pgqueue.JobContext) -> int:
+        calls.append(f"process {context.task} attempt {context.attempt}")
+        return n
+
+    @app.task
+    async def async_price(n: int) -> int:
+        calls.append("process async_price")
+        return n
+
+    assert perform(price, {"n": 7}, attempt=2) == {"wrapped": 7}
+    assert perform(async_price, {"n": 8}) == {"wrapped": 8}
+    assert asyncio.run(perform_async(price, {"n": 9})) == {"wrapped": 9}
+    assert calls == [
+        "in price []", "process price attempt 2", "out price",
+        "in async_price []", "process async_price", "out async_price",
+        "in price []", "process price attempt 1", "out price",
+    ]  # fmt: skip
+    assert enqueued_jobs(app) == []
+
+
 # --- isolated schemas ----------------------------------------------------------------
 
 
@@ -380,6 +657,31 @@ def test_isolated_points_the_app_at_a_fresh_schema_and_drops_it(
     assert _schemas(db_dsn) == ["pgqueue"]
     assert app.schema == "pgqueue"
     assert [j.id for j in enqueued_jobs(app)] == [outside]
+
+
+def test_isolated_keeps_the_apps_middleware_tasks_and_clock(app: pgqueue.App) -> None:
+    calls: list[str] = []
+    app.add_middleware(Recording(calls))
+
+    @app.task(queue="orders", max_attempts=7)
+    def ship(order_id: int) -> int:
+        return order_id
+
+    before = app.op_context
+    with isolated(app):
+        inside = app.op_context
+        # Only where the app points changed.
+        assert (inside.schema, inside.queries.schema) == (app.schema, app.schema)
+        for name in ("max_payload_bytes", "max_result_bytes", "task_defaults", "clock"):
+            assert getattr(inside, name) == getattr(before, name), name
+        assert inside.middleware is app.middleware
+        job_id = ship.enqueue(order_id=5).job_id
+        job = app.get_job(job_id)
+        assert (job.tags, job.queue, job.max_attempts) == (["svc:orders"], "orders", 7)
+        assert drain(app) == DrainResult(succeeded=1)
+        assert app.result(job_id) == {"wrapped": 5}
+        assert calls == ["in ship ['svc:orders']", "out ship"]
+    assert app.op_context is before
 
 
 def test_isolated_drops_the_schema_when_the_test_fails(app: pgqueue.App, db_dsn: str) -> None:

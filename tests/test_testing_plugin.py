@@ -35,7 +35,7 @@ def _env(**extra: str) -> dict[str, str]:
 def test_the_example_app_tests_pass_and_leave_no_schema_behind(db_dsn: str) -> None:
     run = _pytest(["test_orders.py"], EXAMPLE, _env(PGQUEUE_TEST_DSN=db_dsn))
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "6 passed" in run.stdout
+    assert "8 passed" in run.stdout
     with psycopg.connect(db_dsn) as conn:
         left = conn.execute(
             "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'pgqueue_test%'"

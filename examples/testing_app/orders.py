@@ -1,13 +1,45 @@
-"""A tiny application to test: checkout charges an order and enqueues its receipt."""
+"""A tiny application to test: checkout charges an order and enqueues its
+receipt; fulfilment is a workflow whose shipping step reads what the stock
+step reserved; a middleware tags every job and audits every run."""
 
 from __future__ import annotations
 
-import pgqueue
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-app = pgqueue.App()  # PGQUEUE_DSN in production; the tests point it at a fresh schema
+import pgqueue
 
 #: Stands in for an email provider.
 OUTBOX: list[str] = []
+#: Stands in for an audit log: what the middleware saw run.
+AUDIT: list[str] = []
+
+
+class Audit(pgqueue.Middleware):
+    """Tags every job of this service; records the start and end of each run."""
+
+    def before_enqueue(self, spec: pgqueue.JobSpec) -> pgqueue.JobSpec:
+        return spec._replace(tags=[*(spec.tags or []), "svc:orders"])
+
+    def process(self, context: pgqueue.JobContext, call_next: Callable[[], Any]) -> Any:
+        AUDIT.append(f"start {context.task}")
+        try:
+            return call_next()
+        finally:
+            AUDIT.append(f"end {context.task}")
+
+    async def process_async(
+        self, context: pgqueue.JobContext, call_next: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        AUDIT.append(f"start {context.task}")
+        try:
+            return await call_next()
+        finally:
+            AUDIT.append(f"end {context.task}")
+
+
+# PGQUEUE_DSN in production; the tests point it at a fresh schema.
+app = pgqueue.App(middleware=[Audit()])
 
 
 @app.task(queue="orders", max_attempts=3)
@@ -29,3 +61,22 @@ def send_receipt(order_id: int, email: str, context: pgqueue.JobContext) -> str:
 @app.task(queue="mail")
 async def remind(order_id: int) -> None:
     OUTBOX.append(f"reminder for order {order_id}")
+
+
+@app.task(queue="orders")
+def reserve_stock(order_id: int) -> dict[str, int]:
+    return {"order_id": order_id, "reserved": 2}
+
+
+@app.task(queue="orders", pass_context=True)
+def ship(order_id: int, context: pgqueue.JobContext) -> str:
+    stock = context.dependency_results()["reserve_stock"]
+    return f"shipped {stock['reserved']} items of order {order_id}"
+
+
+def fulfil(order_id: int) -> pgqueue.WorkflowRun:
+    """Reserve the stock, then ship what was reserved."""
+    wf = app.workflow(f"fulfil-{order_id}")
+    stock = wf.add(reserve_stock, {"order_id": order_id})
+    wf.add(ship, {"order_id": order_id}, after=stock)
+    return wf.enqueue()

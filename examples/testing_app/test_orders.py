@@ -19,6 +19,7 @@ from pgqueue.testing import DrainResult, assert_enqueued, drain, perform, refute
 @pytest.fixture
 def app(pgqueue_isolated: Callable[[pgqueue.App], pgqueue.App]) -> pgqueue.App:
     orders.OUTBOX.clear()
+    orders.AUDIT.clear()
     return pgqueue_isolated(orders.app)  # a fresh migrated schema, dropped after the test
 
 
@@ -60,6 +61,29 @@ def test_a_reminder_for_tomorrow_waits(app: pgqueue.App) -> None:
     assert drain(app, "mail", with_scheduled=True) == DrainResult(succeeded=1)
 
 
+def test_every_job_is_tagged_and_every_run_audited(app: pgqueue.App) -> None:
+    orders.checkout.enqueue(order_id=42, total_cents=1999)
+    [job] = assert_enqueued(app, orders.checkout)
+    assert job.tags == ["svc:orders"]  # the app's before_enqueue ran
+    assert drain(app) == DrainResult(succeeded=2)
+    assert orders.AUDIT == [
+        "start checkout",
+        "end checkout",
+        "start send_receipt",
+        "end send_receipt",
+    ]
+    assert [j.tags for j in app.list_jobs()] == [["svc:orders"], ["svc:orders"]]
+
+
+def test_fulfilment_ships_what_was_reserved(app: pgqueue.App) -> None:
+    run = orders.fulfil(7)
+    [waiting] = assert_enqueued(app, orders.ship)
+    assert waiting.status == "waiting"  # until reserve_stock succeeded
+    assert drain(app) == DrainResult(succeeded=2)
+    assert app.result(run.jobs["ship"]) == "shipped 2 items of order 7"
+    assert app.get_workflow(run.workflow_id).status == "succeeded"
+
+
 def test_perform_needs_no_database() -> None:
     orders.OUTBOX.clear()
     assert perform(orders.send_receipt, {"order_id": 1, "email": "a@b.c"}) == "sent"
@@ -68,3 +92,4 @@ def test_perform_needs_no_database() -> None:
     assert perform(orders.send_receipt, {"order_id": 1, "email": "a@flaky.example"}, attempt=2)
     assert perform(orders.remind, {"order_id": 5}) is None
     assert orders.OUTBOX[-1] == "reminder for order 5"
+    assert orders.AUDIT[-2:] == ["start remind", "end remind"]  # perform runs the middleware

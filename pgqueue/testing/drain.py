@@ -1,11 +1,25 @@
 """``drain``: run the ready jobs in this process, as ``pgqueue worker`` would.
 
-The jobs go through the worker's own parts: the executor (task call,
-timeout, Retry/Permanent/exception classification, result encoding), the
-completer (the same batched ack/fail statements, so retries, backoff and
-dead-lettering are the database's) and the heartbeat (lease extension,
-``context.extend``, cancel requests). Jobs are leased one at a time, so they
-run in queue order (priority, run_at, id) and a test sees one outcome at a time.
+The jobs go through the worker's own parts, built by the worker's own
+constructor from the same App (:meth:`pgqueue.worker.parts.JobParts.build`
+of :meth:`~pgqueue.worker.parts.WorkerApp.of`): the executor (the App's
+middleware around the task call, the timeout over both, dependency results,
+Retry/Snooze/Permanent/exception classification, result encoding), the
+completer (the same batched ack/fail statements, so retries, backoff,
+dead-lettering and workflow releases are the database's), the heartbeat
+(lease extension, ``context.extend``, cancel requests) and the progress
+writer. Jobs are leased one at a time, so they run in queue order
+(priority, run_at, id) and a test sees one outcome at a time.
+
+Without ``with_scheduled`` a drain runs what was due when it began and what
+is enqueued for now while it runs, never a job whose time came while it ran
+(the retry or snooze of a job it ran, a job delayed a little): what it runs
+does not depend on how long its jobs take. A job that is not the drain's but
+stands in a queue before one that is (a retry due at once, ahead of a job
+enqueued after it) is held leased, unrun, until the drain ends and then
+handed back (its history shows a ``released`` attempt, not counted). The
+cut-off is read, not the database's clock override: it works for any role
+that may run a worker.
 """
 
 from __future__ import annotations
@@ -21,18 +35,20 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pgqueue import validation
-from pgqueue.errors import PgQueueError
-from pgqueue.models import JobStatus
-from pgqueue.ops import OpContext, consume, operator
-from pgqueue.worker.parts import JobParts
+from pgqueue.errors import LeaseLost, PgQueueError
+from pgqueue.models import AttemptOutcome, JobStatus, LeasedJob
+from pgqueue.ops import consume, operator
+from pgqueue.ops import drain as drain_ops
+from pgqueue.worker.parts import JobParts, WorkerApp
 from pgqueue.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from pgqueue.app import App
-    from pgqueue.worker.completer import Completer
-    from pgqueue.worker.executor import Executor
 
 __all__ = ["DrainResult", "drain", "drain_async"]
+
+#: Seconds a held job's lease is extended to: longer than any drain.
+HOLD_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,24 +57,27 @@ class DrainResult:
 
     - ``succeeded``: attempts that ended the job ``succeeded``.
     - ``failed``: attempts that failed and left the job to be retried
-      (an exception with attempts left, ``Retry``, a timeout); the retries
-      the drain ran count again.
+      (an exception with attempts left, ``Retry``, a timeout); with
+      ``with_scheduled=True`` the retries the drain ran count again.
     - ``dead``: attempts that dead-lettered the job (``Permanent``, no
       attempts left, a task this app does not know, a payload the task does
       not accept).
     - ``cancelled``: attempts that ended ``cancelled`` (cancel requested while
       they ran). Jobs cancelled before they ran are not counted.
+    - ``snoozed``: attempts that raised :class:`pgqueue.Snooze` and left the
+      job queued again without spending an attempt.
     """
 
     succeeded: int = 0
     failed: int = 0
     dead: int = 0
     cancelled: int = 0
+    snoozed: int = 0
 
     @property
     def total(self) -> int:
-        """Attempts run."""
-        return self.succeeded + self.failed + self.dead + self.cancelled
+        """Attempts run (each outcome above counts one)."""
+        return self.succeeded + self.failed + self.dead + self.cancelled + self.snoozed
 
 
 def drain(
@@ -74,14 +93,23 @@ def drain(
         checkout.enqueue(order_id=42)
         assert drain(app) == DrainResult(succeeded=2)   # checkout enqueued a receipt job
 
-    Jobs that jobs enqueue run too, and so do retries that are due.
-    ``with_scheduled=True`` also runs scheduled jobs and retries whose run_at
-    is ahead: the drain's clock jumps to each next run_at (the database's
-    clock override, which only the schema's owner may use); their attempts
-    are then recorded at that time. (Leasing at that time also makes due the
-    scheduled jobs of other queues, as any lease does.) At most ``max_jobs``
-    attempts run (a
-    job that enqueues itself forever stops there). Blocks; in async code
+    The jobs run as under ``pgqueue worker``: the App's middleware wraps
+    each task (its timeout covering both), ``context.dependency_results()``
+    reads the results of a workflow step's dependencies, and the outcome is
+    recorded by the worker's statements.
+
+    It runs the jobs that were due when it began, and the jobs enqueued for
+    now while it runs (by the jobs it runs, or as workflow steps whose
+    dependencies it ran), until none is left; not a retry or snooze of a job
+    it ran, nor a job scheduled for later whose time comes while it runs, so
+    what it runs does not depend on how long the jobs take. Call it again
+    to run the retries that are due by then. ``with_scheduled=True`` runs
+    those too, and every scheduled job and retry, however far ahead: the
+    drain's clock jumps to each next run_at (the database's clock override,
+    which only the schema's owner may use); their attempts are then recorded
+    at that time. (Leasing at that time also makes due the scheduled jobs
+    of other queues, as any lease does.) At most ``max_jobs`` attempts run
+    (a job that enqueues itself forever stops there). Blocks; in async code
     use :func:`drain_async`.
     """
     coro = drain_async(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs)
@@ -111,7 +139,9 @@ async def drain_async(
     queues = validation.queue_list([queue] if isinstance(queue, str) else queue)
     limit = validation.positive_int("max_jobs", max_jobs)
     clock = _JumpingClock() if with_scheduled else None
-    ctx = replace(app.op_context, clock=clock) if clock is not None else app.op_context
+    worker_app = WorkerApp.of(app)  # what `pgqueue worker` reads of the App
+    if clock is not None:
+        worker_app = replace(worker_app, ctx=replace(worker_app.ctx, clock=clock))
     settings = WorkerSettings.build(
         queues,
         concurrency=1,
@@ -123,7 +153,7 @@ async def drain_async(
         unknown_task_grace=0.0,
         worker_id=f"drain:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
     )
-    return await _Drain(app, ctx, settings, clock).run(limit)
+    return await _Drain(worker_app, settings, clock).run(limit)
 
 
 class _JumpingClock:
@@ -150,80 +180,137 @@ class _JumpingClock:
 
 class _Drain:
     def __init__(
-        self, app: App, ctx: OpContext, settings: WorkerSettings, clock: _JumpingClock | None
+        self, app: WorkerApp, settings: WorkerSettings, clock: _JumpingClock | None
     ) -> None:
         self.app = app
-        self.ctx = ctx
         self.settings = settings
+        self.queues = list(settings.queues) if settings.queues is not None else None
         self.clock = clock
+        #: When the drain began (server clock); None under with_scheduled (no cut-off).
+        self.since: datetime | None = None
+        #: Leased to clear the way to a job of the drain's, never run; handed back at the end.
+        self.held: list[LeasedJob] = []
         self.fatal: BaseException | None = None
 
     def _on_fatal(self, loop: str, exc: BaseException) -> None:
         self.fatal = self.fatal or exc
 
     async def run(self, limit: int) -> DrainResult:
-        app, ctx, settings = self.app, self.ctx, self.settings
+        database = self.app.database
+        if self.clock is None:
+            self.since = await database.run_async(drain_ops.clock())
         stopped = asyncio.Event()
-        parts = JobParts.build(
-            app.database,
-            ctx,
-            settings,
-            app.tasks,
-            app.max_result_bytes,
-            running={},
-            on_fatal=self._on_fatal,
-            stopped=stopped,
-        )
-        executor, completer, heartbeat = parts.executor, parts.completer, parts.heartbeat
+        parts = JobParts.build(self.app, self.settings, on_fatal=self._on_fatal, stopped=stopped)
+        heartbeat = parts.heartbeat
         await parts.live_settings.refresh()  # operators' task settings, as a worker's
         await heartbeat.register()
         beating = asyncio.create_task(heartbeat.run(), name="pgqueue-drain-heartbeat")
         try:
-            counts = await self._loop(executor, completer, limit, beating)
+            counts = await self._loop(parts, limit, beating)
         finally:
             stopped.set()
             await asyncio.gather(beating, return_exceptions=True)
-            await heartbeat.deregister()
-            await parts.transactions.close()
-            executor.close()
+            try:
+                await self._hand_back()
+            finally:
+                await heartbeat.deregister()
+                await parts.transactions.close()
+                parts.executor.close()
+                parts.observer.close()
         return counts
 
-    async def _loop(
-        self, executor: Executor, completer: Completer, limit: int, beating: asyncio.Task[None]
-    ) -> DrainResult:
-        app, ctx = self.app, self.ctx
-        queues = list(self.settings.queues) if self.settings.queues is not None else None
-        tally = dict.fromkeys(("succeeded", "failed", "dead", "cancelled"), 0)
+    async def _loop(self, parts: JobParts, limit: int, beating: asyncio.Task[None]) -> DrainResult:
+        executor, completer = parts.executor, parts.completer
+        tally = dict.fromkeys(("succeeded", "failed", "dead", "cancelled", "snoozed"), 0)
         ran = 0
         while ran < limit:
-            leased_at = time.monotonic()
-            jobs = await app.database.run_async(
-                consume.lease(ctx, queues, self.settings.worker_id, 1)
-            )
+            jobs, leased_at = await self._lease()
             if not jobs:
-                if await self._jump(queues):
+                if await self._jump():
                     continue
                 break
             executor.start_many(jobs, leased_at)
             await executor.idle.wait()
             await completer.drain()
+            await parts.progress.drain()  # the last set_progress of the attempt
             if self.fatal is not None:
                 raise self.fatal
             if beating.done() and beating.exception() is not None:
                 raise beating.exception()  # type: ignore[misc]
-            ids = [job.job_id for job in jobs]
-            statuses = await app.database.run_async(operator.job_statuses(ids))
-            for job_id in ids:
-                tally[_outcome(statuses.get(job_id))] += 1
+            for outcome in await self._outcomes(jobs):
+                tally[outcome] += 1
             ran += len(jobs)
         return DrainResult(**tally)
 
-    async def _jump(self, queues: list[str] | None) -> bool:
+    async def _lease(self) -> tuple[list[LeasedJob], float]:
+        """The next job to run (leased), and when its lease was asked for."""
+        database, ctx, worker_id = self.app.database, self.app.ctx, self.settings.worker_id
+        if self.since is None:  # with_scheduled: whatever is ready at the drain's clock
+            leased_at = time.monotonic()
+            jobs = await database.run_async(consume.lease(ctx, self.queues, worker_id, 1))
+            return jobs, leased_at
+        passed: set[str] = set()  # queues whose lease came back empty (a limit, a serial key)
+        while True:
+            heads = await database.run_async(drain_ops.queue_heads(self.queues, self.since))
+            head = next((h for h in heads if h.queue not in passed), None)
+            if head is None:
+                return [], 0.0
+            leased_at = time.monotonic()
+            jobs = await database.run_async(consume.lease(ctx, [head.queue], worker_id, 1))
+            if not jobs:
+                passed.add(head.queue)
+                continue
+            [job] = jobs
+            # The lease takes the head but for a serial key or a limit the read missed.
+            if job.job_id == head.job_id:
+                due = head.due
+            else:
+                due = await database.run_async(drain_ops.is_due(job.job_id, self.since))
+            if due:
+                return jobs, leased_at
+            await self._hold(job)
+
+    async def _hold(self, job: LeasedJob) -> None:
+        """Keep a job that is not the drain's out of the way of those behind
+        it: leased, unrun, until the drain ends."""
+        self.held.append(job)
+        lease = (job.job_id, job.attempt_id, HOLD_SECONDS)
+        await self.app.database.run_async(consume.extend_many(self.app.ctx, [lease]))
+
+    async def _hand_back(self) -> None:
+        """Give the held jobs back to their queues, at their old place."""
+        held, self.held = self.held, []
+        if not held:
+            return
+        try:
+            await self.app.database.run_async(consume.nack_many(self.app.ctx, held))
+        except LeaseLost:
+            pass  # reaped meanwhile: queued again already
+
+    async def _outcomes(self, jobs: list[LeasedJob]) -> list[str]:
+        """How each attempt ended, as DrainResult counts it."""
+        database = self.app.database
+        statuses = await database.run_async(operator.job_statuses([j.job_id for j in jobs]))
+        final = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+        again = [j.attempt_id for j in jobs if statuses.get(j.job_id) not in final]
+        recorded = await database.run_async(drain_ops.attempt_outcomes(again)) if again else {}
+        outcomes = []
+        for job in jobs:
+            status = statuses.get(job.job_id)
+            if status in final:
+                outcomes.append(str(status))
+            elif recorded.get(job.attempt_id) == AttemptOutcome.SNOOZED:
+                outcomes.append("snoozed")
+            else:  # queued or scheduled again: the attempt failed, the job will be retried
+                outcomes.append("failed")
+        return outcomes
+
+    async def _jump(self) -> bool:
         """with_scheduled: move the clock to the next scheduled job (or
         rate-limit slot); False when there is none."""
         if self.clock is None:
             return False
-        due = await self.app.database.run_async(consume.next_due(queues))
+        due = await self.app.database.run_async(consume.next_due(self.queues))
         if due is None:
             return False
         if not self.clock.jump(due):
@@ -233,10 +320,3 @@ class _Drain:
                 f"{self.app.schema!r} (or the next one is in a paused, rate-limited queue)"
             )
         return True
-
-
-def _outcome(status: str | None) -> str:
-    if status in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED):
-        return str(status)
-    # Queued or scheduled again: the attempt failed and the job will be retried.
-    return "failed"

@@ -40,13 +40,17 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
 
         with isolated(app, "postgresql://localhost/test"):
             send_receipt.enqueue(order_id=42)
+
+    Only where the App points changes (its DSN and schema, and what derives
+    from them: statements, pools, LISTEN target, subscriptions); its tasks,
+    their defaults, its middleware (``before_enqueue`` included), clock and
+    size limits stay the App's own.
     """
     from pgqueue.app import App
 
     saved = {name: getattr(app, name) for name in _BOUND}
-    # Task defaults come from this app's own tasks, whatever schema it points at.
-    task_defaults = app.op_context.task_defaults
     schema = f"{prefix}_{secrets.token_hex(5)}"
+    # A fresh App only for what derives from the new DSN and schema.
     fresh = App(
         dsn or app.dsn,
         schema,
@@ -57,13 +61,15 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
         pool_timeout=app.database.timeout,
         listen=app.listen,
         pooler=app.pooler,
-        clock=app.op_context.clock,
     )
     bound = {name: getattr(fresh, name) for name in _BOUND}
     # LISTEN on the test database itself (never on a PGQUEUE_LISTEN_DSN of the environment).
     bound["listen_dsn"] = fresh.dsn if fresh.listen else None
     bound["listen_database"] = fresh.database
-    bound["op_context"] = replace(bound["op_context"], task_defaults=task_defaults)
+    # The app's own operation context, pointed at the new schema: its task
+    # defaults, clock and middleware list (the same list: add_middleware
+    # during the test still counts) stay.
+    bound["op_context"] = replace(app.op_context, schema=fresh.schema, queries=fresh.queries)
     app.close()  # the old schema's pools and subscriptions
     _bind(app, bound)
     try:

@@ -1,7 +1,12 @@
 """What a worker is made of: what it uses of its App (:class:`WorkerApp`,
 read once) and the parts that run leased jobs (:class:`JobParts`), each
-given what it uses in its constructor. The worker and
-:func:`pgqueue.testing.drain` build their parts here, the same way."""
+given what it uses in its constructor.
+
+The worker and :func:`pgqueue.testing.drain` both build their parts with
+``JobParts.build(WorkerApp.of(app), settings, ...)``: everything a job's run
+takes from the App (tasks, middleware, dependency results, result limit)
+reaches the executor from the one :class:`WorkerApp`, so a part added here
+serves both, and neither can run jobs without it."""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
+from pgqueue.telemetry.observer import WorkerObserver, build_observer
+from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.task_settings import LiveTaskSettings
 from pgqueue.worker.task_transaction import TaskTransactionSource
 
@@ -25,7 +32,6 @@ if TYPE_CHECKING:
     from pgqueue.ops.schedules import ScheduleSpec
     from pgqueue.task import Task
     from pgqueue.worker.executor import Dependencies, RunningJob
-    from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.settings import WorkerSettings
 
 
@@ -74,7 +80,9 @@ class JobParts:
     ``running`` is the table of jobs whose attempt is not yet recorded: the
     executor adds to it, the completer removes what it recorded, the
     heartbeat extends what is in it. ``connected`` is set while a LISTEN
-    connection is up (else the heartbeat polls for cancel requests)."""
+    connection is up (else the heartbeat polls for cancel requests).
+    ``observer`` (metrics, tracing) and ``progress`` (``set_progress``
+    writes) are closed and drained by whoever built the parts."""
 
     running: dict[int, RunningJob]
     connected: asyncio.Event
@@ -83,43 +91,45 @@ class JobParts:
     transactions: TaskTransactionSource
     executor: Executor
     heartbeat: Heartbeat
+    observer: WorkerObserver
+    progress: ProgressWriter
 
     @classmethod
     def build(
         cls,
-        database: Database,
-        ctx: OpContext,
+        app: WorkerApp,
         settings: WorkerSettings,
-        tasks: Mapping[str, Task[Any, Any]],
-        max_result_bytes: int,
         *,
-        running: dict[int, RunningJob],
         on_fatal: Callable[[str, BaseException], None],
         stopped: asyncio.Event,
-        observer: WorkerObserver = NULL_OBSERVER,
-        progress: ProgressWriter | None = None,
-        middleware: Sequence[Middleware] = (),
-        dependencies: Dependencies | None = None,
     ) -> JobParts:
-        """``on_fatal`` is told of an error the completer cannot ride out;
-        the heartbeat runs until ``stopped``."""
+        """The parts for ``app`` under ``settings`` (queues, concurrency,
+        metrics...). ``on_fatal`` is told of an error the completer cannot
+        ride out; the heartbeat runs until ``stopped``. Everything else comes
+        from ``app``: there is no way to build parts that leave out the
+        App's middleware or its dependency results."""
+        database, ctx = app.database, app.ctx
+        running: dict[int, RunningJob] = {}
         connected = asyncio.Event()
         extend_now = asyncio.Event()  # context.extend() wakes the heartbeat
+        # Metrics and tracing hooks (the no-op observer when neither is on).
+        observer = build_observer(settings, __version__, running)
+        progress = ProgressWriter(database)
         live_settings = LiveTaskSettings(database)
         completer = Completer(database, ctx, running, on_fatal)
         transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         executor = Executor(
-            tasks,
+            app.tasks,
             settings.concurrency,
             completer,
-            max_result_bytes,
+            app.max_result_bytes,
             running=running,
             worker_id=settings.worker_id,
             transactions=transactions,
             observer=observer,
             progress=progress,
-            middleware=middleware,
-            dependencies=dependencies,
+            middleware=app.middleware,
+            dependencies=app.dependencies,
             live_settings=live_settings.current,
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
@@ -133,4 +143,14 @@ class JobParts:
             lambda: settings.listen and connected.is_set(),
             extend_now,
         )
-        return cls(running, connected, live_settings, completer, transactions, executor, heartbeat)
+        return cls(
+            running,
+            connected,
+            live_settings,
+            completer,
+            transactions,
+            executor,
+            heartbeat,
+            observer,
+            progress,
+        )

@@ -24,14 +24,11 @@ import structlog
 from pgqueue.connection import describe_target
 from pgqueue.errors import PgQueueError
 from pgqueue.events import wake_queue
-from pgqueue.telemetry.observer import build_observer
-from pgqueue.version import __version__
 from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.parts import JobParts, WorkerApp
 from pgqueue.worker.producer import Producer
-from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.reaper import reap_periodically
 from pgqueue.worker.scheduler import run_scheduler
 from pgqueue.worker.wakeup import wait_any
@@ -39,7 +36,7 @@ from pgqueue.worker.wakeup import wait_any
 if TYPE_CHECKING:
     from pgqueue.app import App
     from pgqueue.worker.completer import Completer
-    from pgqueue.worker.executor import Executor, RunningJob
+    from pgqueue.worker.executor import Executor
     from pgqueue.worker.settings import WorkerSettings
     from pgqueue.worker.task_settings import LiveTaskSettings
 
@@ -98,23 +95,8 @@ class Worker:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         settings, app = self.settings, self.app
         database, ctx = app.database, app.ctx
-        running: dict[int, RunningJob] = {}  # jobs whose attempt is not yet recorded
-        # Metrics and tracing hooks (the no-op observer when neither is on).
-        observer = build_observer(settings, __version__, running)
-        parts = JobParts.build(
-            database,
-            ctx,
-            settings,
-            app.tasks,
-            app.max_result_bytes,
-            running=running,
-            on_fatal=self.fail,
-            stopped=self.stopped,
-            observer=observer,
-            progress=ProgressWriter(database),
-            middleware=app.middleware,
-            dependencies=app.dependencies,
-        )
+        parts = JobParts.build(app, settings, on_fatal=self.fail, stopped=self.stopped)
+        observer = parts.observer
         executor, completer, heartbeat = parts.executor, parts.completer, parts.heartbeat
         live_settings = parts.live_settings
         producer = Producer(
