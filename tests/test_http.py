@@ -5,6 +5,7 @@ with producer, worker and admin tokens whose kinds run as roles granted by
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pgqueue
 from pgqueue.errors import InvalidOption
 from pgqueue.http.tokens import Tokens, hash_token
 from tests.fixtures.dbstate import snapshot
+from tests.fixtures.workers import wait_until
 from tests.http_support import Server, start_server
 from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
@@ -371,6 +373,38 @@ def test_a_long_poll_is_woken_by_an_enqueue(slow_poll_server: Server, app: pgque
     # only every 60 s: NOTIFY woke it.
     assert [j["job_id"] for j in got["jobs"]] == [job_id]
     assert leased(server, "lp", wait=0.5) == []
+
+
+def test_sigterm_ends_a_held_long_poll_with_no_jobs(server: Server, app: pgqueue.App) -> None:
+    got: dict[str, Any] = {}
+
+    def poll() -> None:
+        with server.client("worker", timeout=60) as http:
+            got["answer"] = http.post("/v1/queues/shut/lease", json={"wait": 20})
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    # The first waiter starts the server's LISTEN session: the poll is held.
+    wait_until(
+        lambda: scalar(
+            app.dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'pgqueue-events'",
+        ),
+        30,
+        "the long poll to wait",
+    )
+    server.process.send_signal(signal.SIGTERM)
+    thread.join(60)
+    assert not thread.is_alive()
+    server.process.wait(60)
+    answer = got["answer"]
+    # Uvicorn cancelled it after 5 s: a plain-text 500 and a logged traceback.
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"jobs": []}
+    log = server.log.read_text()
+    assert "ERROR" not in log, log
+    assert "Traceback" not in log, log
 
 
 def test_hundreds_of_waiters_share_one_listener(server: Server, app: pgqueue.App) -> None:

@@ -123,6 +123,8 @@ class Api:
         self.role_apps: dict[Kind, App] = {}
         self._pool: AsyncConnectionPool | None = None
         self._ready = False
+        #: The server is shutting down: long polls end now, with no jobs.
+        self.stopping = False
         self._lock = asyncio.Lock()
         #: Kinds whose grant cannot read queue metrics: read as this server (see metrics).
         self.metrics_as_server: set[Kind] = set()
@@ -169,6 +171,15 @@ class Api:
                     )
             self._pool = pool
             self._ready = True
+
+    def stop_waiting(self) -> None:
+        """End every held long poll now with the jobs it has (none), and let
+        no later one wait: call it when the server starts shutting down, on
+        its event loop (``pgqueue serve`` does). Requests in flight finish;
+        a server waits for them, and a long poll would otherwise hold it up
+        to ``max_wait`` (uvicorn cancels it first: a 500)."""
+        self.stopping = True
+        self.waiters.wake_all()
 
     async def close(self) -> None:
         await self.waiters.close()
@@ -410,12 +421,14 @@ async def lease(api: Api, request: Request) -> dict[str, Any]:
                 event.clear()  # a notification from now on wakes the wait below
             jobs = await _lease_once(api, kind, queue, worker_id, count, body["lease_seconds"])
             left = deadline - loop.time()
-            if jobs or left <= 0 or event is None:
+            if jobs or left <= 0 or event is None or api.stopping:
                 break
             if await request.is_disconnected():
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), min(left, api.poll_interval))
+            if api.stopping:  # woken by the shutdown: answer now, lease nothing more
+                break
     finally:
         if event is not None:
             api.waiters.unregister(queue, event)
@@ -627,7 +640,10 @@ def create_api(
     role each kind runs as (default: the one ``pgqueue grant`` recorded).
     ``max_wait``: the longest long-poll a lease may ask for (seconds).
     ``poll_interval``: how often a long-polling lease looks again without a
-    notification (jobs that become due later send none).
+    notification (jobs that become due later send none). A host that serves
+    it calls ``web.state.api.stop_waiting()`` when it starts shutting down,
+    so that held long polls answer ``{"jobs": []}`` at once instead of
+    holding the shutdown up (``pgqueue serve`` does).
     """
     if not isinstance(tokens, Tokens):
         tokens = Tokens.from_file(tokens) if isinstance(tokens, str | Path) else Tokens(tokens)
