@@ -77,6 +77,47 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
         assert "pgqueue_workers_alive 0" in metrics
 
 
+#: A value of each path parameter that names nothing. Queues have none: a
+#: queue may be paused or limited before its first job.
+UNKNOWN = {"job_id": "999999999", "workflow_id": "999999999", "name": "no-such-schedule"}
+NAMES_ANYTHING = {"queue"}
+
+
+def test_every_route_that_takes_an_id_answers_404_for_an_unknown_one(app: pgqueue.App) -> None:
+    from starlette.routing import Route
+
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    checked: list[str] = []
+    with client(app, token=TOKEN) as c:
+        for route in c.app.routes:
+            if not isinstance(route, Route) or not route.param_convertors:
+                continue
+            params = set(route.param_convertors)
+            if params & NAMES_ANYTHING:
+                continue
+            assert params <= set(UNKNOWN), f"{route.path}: what value names nothing?"
+            path = route.path_format.format(**UNKNOWN)
+            method = "GET" if "GET" in (route.methods or ()) else "POST"
+            for accept in ("text/html", "application/json"):
+                answer = c.request(method, path, headers={**auth, "accept": accept})
+                assert answer.status_code == 404, (method, path, answer.status_code, answer.text)
+                if answer.headers["content-type"].startswith("text/html"):
+                    message = html.unescape(answer.text)
+                    assert "<h1>Not found</h1>" in message
+                else:
+                    message = answer.json()["error"]
+                assert "does not exist" in message or "no schedule named" in message, message
+            checked.append(route.path)
+    # The pages, their JSON twins and the job actions.
+    assert {
+        "/jobs/{job_id:int}",
+        "/api/jobs/{job_id:int}",
+        "/workflows/{workflow_id:int}",
+        "/api/workflows/{workflow_id:int}",
+        "/actions/jobs/{job_id:int}/cancel",
+    } <= set(checked)
+
+
 def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory) -> None:
     job_factory.insert_many(120, task="a", queue="q1")
     job_factory.insert_many(80, task="b", queue="q2", status="dead", finished=True)
