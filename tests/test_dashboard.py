@@ -4,6 +4,7 @@ read-only mode, CSRF, escaping and every action's effect in the database."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import subprocess
 import sys
@@ -77,9 +78,13 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
         assert "pgqueue_workers_alive 0" in metrics
 
 
-#: A value of each path parameter that names nothing. Queues have none: a
-#: queue may be paused or limited before its first job.
-UNKNOWN = {"job_id": "999999999", "workflow_id": "999999999", "name": "no-such-schedule"}
+#: Values of each path parameter that name nothing (an id past bigint too).
+#: Queues have none: a queue may be paused or limited before its first job.
+UNKNOWN = {
+    "job_id": ("999999999", "99999999999999999999"),
+    "workflow_id": ("999999999", "99999999999999999999"),
+    "name": ("no-such-schedule",),
+}
 NAMES_ANYTHING = {"queue"}
 
 
@@ -96,9 +101,11 @@ def test_every_route_that_takes_an_id_answers_404_for_an_unknown_one(app: pgqueu
             if params & NAMES_ANYTHING:
                 continue
             assert params <= set(UNKNOWN), f"{route.path}: what value names nothing?"
-            path = route.path_format.format(**UNKNOWN)
             method = "GET" if "GET" in (route.methods or ()) else "POST"
-            for accept in ("text/html", "application/json"):
+            for n, accept in itertools.product(range(2), ("text/html", "application/json")):
+                path = route.path_format.format(
+                    **{k: v[-1 if n else 0] for k, v in UNKNOWN.items()}
+                )
                 answer = c.request(method, path, headers={**auth, "accept": accept})
                 assert answer.status_code == 404, (method, path, answer.status_code, answer.text)
                 if answer.headers["content-type"].startswith("text/html"):

@@ -107,7 +107,7 @@ def _missing_job(exc: Exception) -> int | None:
 def get_workflow(workflow_id: int) -> Op[WorkflowInfo]:
     """A workflow, each step as a Job, and which steps each waits for."""
     ident = _workflow_id(workflow_id)
-    found = yield from _load([ident])
+    found = (yield from _load([ident])) if ident <= _MAX_ID else []
     if not found:
         raise WorkflowNotFound(ident)
     return found[0]
@@ -169,7 +169,11 @@ def list_workflows(status: str | None = None, limit: int = 50) -> Op[list[Workfl
 def cancel_workflow(workflow_id: int) -> Op[int]:
     """Cancel the workflow's live steps (running ones are asked to stop)."""
     ident = _workflow_id(workflow_id)
-    head = yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one")
+    head = (
+        (yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one"))
+        if ident <= _MAX_ID
+        else None
+    )
     if head is None:
         raise WorkflowNotFound(ident)
     params = cancel_params(
@@ -188,6 +192,10 @@ def dependencies(job_id: int) -> Op[tuple[int | None, list[tuple[str, str, Any]]
     rows = yield Execute("job_dependencies", {"job_id": job_id})
     workflow_id = rows[0][0] if rows else None
     return workflow_id, [(r[1], r[2], r[3]) for r in rows if r[1] is not None]
+
+
+#: Ids are bigints: a larger one names no workflow (not a database error).
+_MAX_ID = 2**63 - 1
 
 
 def _workflow_id(value: object) -> int:
