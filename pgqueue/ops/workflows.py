@@ -154,14 +154,23 @@ def _status(jobs: Any) -> Any:
     return "succeeded" if all(s is JobStatus.SUCCEEDED for s in statuses) else "failed"
 
 
-def list_workflows(status: str | None = None, limit: int = 50) -> Op[list[WorkflowInfo]]:
-    """Workflows, newest first, with their steps."""
+def list_workflows(
+    status: str | None = None, limit: int = 50, name: str | None = None
+) -> Op[list[WorkflowInfo]]:
+    """Workflows, newest first, with their steps (``name``: only those so named)."""
     if status is not None and status not in ("running", "succeeded", "failed"):
         raise InvalidOption(f"unknown workflow status {status!r}: running, succeeded or failed")
     limit = validation.positive_int("limit", limit, 1000)
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 255):
+        raise InvalidOption(f"a workflow name is 1 to 255 characters, got {name!r}")
     rows = yield Execute(
         "workflow_list",
-        {"status": status, "limit": limit, "scan": limit if status is None else limit * 20},
+        {
+            "status": status,
+            "name": name,
+            "limit": limit,
+            "scan": limit if status is None else limit * 20,
+        },
     )
     return (yield from _load([int(r[0]) for r in rows]))
 
