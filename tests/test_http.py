@@ -424,22 +424,24 @@ def test_a_long_poll_is_woken_by_an_enqueue(slow_poll_server: Server, app: pgque
 def test_sigterm_ends_a_held_long_poll_with_no_jobs(server: Server, app: pgqueue.App) -> None:
     got: dict[str, Any] = {}
 
+    def listeners() -> int:
+        return int(
+            scalar(
+                app.dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'pgqueue-events'",
+            )
+        )
+
     def poll() -> None:
         with server.client("worker", timeout=60) as http:
             got["answer"] = http.post("/v1/queues/shut/lease", json={"wait": 20})
 
+    assert listeners() == 0
     thread = threading.Thread(target=poll)
     thread.start()
     # The first waiter starts the server's LISTEN session: the poll is held.
-    wait_until(
-        lambda: scalar(
-            app.dsn,
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'pgqueue-events'",
-        ),
-        30,
-        "the long poll to wait",
-    )
+    wait_until(listeners, 30, "the long poll to wait")
     server.process.send_signal(signal.SIGTERM)
     thread.join(60)
     assert not thread.is_alive()
