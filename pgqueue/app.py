@@ -81,13 +81,31 @@ class App(AppOperations, AsyncAppOperations):
 
         upgrade(self.dsn, self.schema)
 
-    def grant(self, role: str, kind: str, *, dry_run: bool = False) -> list[str]:
+    def grant(
+        self,
+        role: str,
+        kind: str,
+        *,
+        dry_run: bool = False,
+        create: bool = False,
+        login: bool = False,
+    ) -> list[str]:
         """Give the database role ``role`` what a ``"producer"``, ``"worker"`` or
         ``"admin"`` needs on this schema (same as ``pgqueue grant``; see
-        :mod:`pgqueue.grants`). Returns the SQL; ``dry_run=True`` runs none of it."""
+        :mod:`pgqueue.grants`). Returns the SQL; ``dry_run=True`` runs none of it.
+        ``create``: create the role first when it does not exist (NOLOGIN
+        unless ``login``)."""
         from pgqueue.grants import grant
 
-        return grant(role, kind, dsn=self.dsn, schema=self.schema, dry_run=dry_run)
+        return grant(
+            role,
+            kind,
+            dsn=self.dsn,
+            schema=self.schema,
+            dry_run=dry_run,
+            create=create,
+            login=login,
+        )
 
     # --- tasks ---------------------------------------------------------------
 

@@ -155,10 +155,11 @@ class AsyncAppOperations(AppBase):
         return await self.database.run_async(workflows.cancel_workflow(workflow_id))
 
     async def list_workflows_async(
-        self, status: str | None = None, limit: int = 50
+        self, status: str | None = None, limit: int = 50, *, name: str | None = None
     ) -> list[WorkflowInfo]:
-        """Workflows, newest first (``status``: running, succeeded or failed)."""
-        return await self.database.run_async(workflows.list_workflows(status, limit))
+        """Workflows, newest first (``status``: running, succeeded or failed;
+        ``name``: only the workflows of that name)."""
+        return await self.database.run_async(workflows.list_workflows(status, limit, name))
 
     # --- low-level consumer API ----------------------------------------------
 

@@ -152,9 +152,12 @@ class AppOperations(AppBase):
         returns how many were cancelled or asked to stop."""
         return self.database.run(workflows.cancel_workflow(workflow_id))
 
-    def list_workflows(self, status: str | None = None, limit: int = 50) -> list[WorkflowInfo]:
-        """Workflows, newest first (``status``: running, succeeded or failed)."""
-        return self.database.run(workflows.list_workflows(status, limit))
+    def list_workflows(
+        self, status: str | None = None, limit: int = 50, *, name: str | None = None
+    ) -> list[WorkflowInfo]:
+        """Workflows, newest first (``status``: running, succeeded or failed;
+        ``name``: only the workflows of that name)."""
+        return self.database.run(workflows.list_workflows(status, limit, name))
 
     # --- low-level consumer API ----------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,14 +46,32 @@ def _unknown_task(row: dict[str, Any], context: dict[str, Any]) -> str | None:
     return None
 
 
+def _cancel_reason(row: dict[str, Any], attempts: Sequence[dict[str, Any]]) -> str:
+    """What a cancelled job's ``last_error`` says, and as what: the reason it
+    was cancelled (``dependency 12 ended dead``, ``workflow cancelled``), or
+    the error of one of its attempts (a cancel without a reason leaves the
+    last one there, ``ValueError: boom``)."""
+    reason = row["last_error"]
+    if not reason:
+        return ""
+    for attempt in reversed(attempts):  # last_error is "<error_code>: <message>"
+        code = attempt.get("error_code")
+        if code and reason.startswith(f"{code}:"):
+            if attempt["outcome"] == "cancelled":  # the attempt the cancel stopped
+                return f"; the attempt ended with {reason}"
+            return f", after attempt {attempt['attempt']} failed: {reason}"
+    return f": {reason}"
+
+
 def explain_job(
-    row: dict[str, Any], context: dict[str, Any], last_attempt: dict[str, Any] | None
+    row: dict[str, Any], context: dict[str, Any], attempts: Sequence[dict[str, Any]] = ()
 ) -> str:
     """Why the job in ``row`` (a ``job_get`` row) is where it is.
 
-    ``context`` is a ``job_wait_context`` row for live jobs; ``last_attempt``
-    the latest attempt of dead and cancelled jobs.
+    ``context`` is a ``job_wait_context`` row for live jobs; ``attempts`` the
+    attempts of dead and cancelled jobs, oldest first.
     """
+    last_attempt = attempts[-1] if attempts else None
     now: datetime = row["db_now"]
     status = row["status"]
     prefix = "archived; " if row["archived"] else ""
@@ -83,7 +102,10 @@ def explain_job(
         if last_attempt and last_attempt["outcome"] == "cancelled":
             attempt, worker = last_attempt["attempt"], last_attempt["worker_id"]
             during = f" while attempt {attempt} ran on worker {worker}"
-        return f"{prefix}{job} was cancelled at {fmt_time(row['finished_at'])}{during}"
+        return (
+            f"{prefix}{job} was cancelled at {fmt_time(row['finished_at'])}{during}"
+            f"{_cancel_reason(row, attempts)}"
+        )
 
     if status == "running":
         lines = [

@@ -257,6 +257,14 @@ def _notes(kind: Kind, schema: str, owner: Owner) -> list[str]:
     ]
 
 
+def _create_role(role: str, *, login: bool = False) -> sql.Composed:
+    """``CREATE ROLE``: NOLOGIN unless ``login`` (a role that connects
+    itself, without a password: set one or use another authentication)."""
+    return sql.SQL("CREATE ROLE {} {}").format(
+        sql.Identifier(role_name(role)), sql.SQL("LOGIN" if login else "NOLOGIN")
+    )
+
+
 def grant(
     role: str,
     kind: str,
@@ -264,22 +272,35 @@ def grant(
     dsn: str | None = None,
     schema: str = "pgqueue",
     dry_run: bool = False,
+    create: bool = False,
+    login: bool = False,
 ) -> list[str]:
     """Give ``role`` (an existing database role) the privileges of ``kind``
     (``"producer"``, ``"worker"`` or ``"admin"``) on ``schema``, in one
     transaction; returns the SQL (``--`` comments, then the statements).
     ``dry_run``: only return it. Run it as the schema's owner or a superuser,
-    after ``pgqueue migrate``."""
+    after ``pgqueue migrate``.
+
+    ``create``: create the role in the same transaction when it does not
+    exist (the SQL then starts with ``CREATE ROLE``; that needs CREATEROLE),
+    NOLOGIN unless ``login``: a role that a login role is granted or sets
+    (``SET ROLE``, as ``pgqueue serve`` does). A role that exists is left as
+    it is."""
     role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
+    if login and not create:
+        raise InvalidOption("login=True goes with create=True (an existing role is left as it is)")
     target = resolve_dsn(dsn)
+    hint = f'run pgqueue grant as the owner of schema "{schema}" or a superuser'
     translate = ErrorTranslator(
         schema,
         target,
-        permission_hint=f'run pgqueue grant as the owner of schema "{schema}" or a superuser',
+        permission_hint=hint + (" (creating a role needs CREATEROLE)" if create else ""),
     )
     with translated(translate), psycopg.connect(connection_params(target)) as conn:
-        owner = _check(conn, role, schema)
+        exists, owner = _check(conn, role, schema, create=create)
         statements = grant_statements(role, known, schema, owner)
+        if not exists:
+            statements.insert(0, _create_role(role, login=login))
         text = [
             f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"',
             *_notes(known, schema, owner),
@@ -290,11 +311,19 @@ def grant(
     return text
 
 
-def _check(conn: psycopg.Connection[Any], role: str, schema: str) -> Owner:
-    """The schema's owner, once the role exists and the schema is at this version."""
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+def _check(
+    conn: psycopg.Connection[Any], role: str, schema: str, *, create: bool
+) -> tuple[bool, Owner]:
+    """Whether the role exists (it must, unless ``create``) and the schema's
+    owner, once the schema is at this version."""
+    exists = (
+        conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is not None
+    )
+    if not exists and not create:
         raise InvalidName(
-            f'role "{role}" does not exist: create it first, e.g. CREATE ROLE "{role}" LOGIN'
+            f'role "{role}" does not exist: create it first (CREATE ROLE "{role}" LOGIN; '
+            "NOLOGIN for a role that login roles are granted), or pass --create "
+            "(create=True in Python) to create it with the grant"
         )
     row = conn.execute(
         "SELECT r.rolname, r.rolsuper, to_regclass(format('%%I.alembic_version', n.nspname))"
@@ -314,7 +343,7 @@ def _check(conn: psycopg.Connection[Any], role: str, schema: str) -> Owner:
             f'schema "{schema}" {state}; this pgqueue grants on revision {SCHEMA_REVISION}: '
             f"run `{migrate_command(schema)}` first"
         )
-    return Owner(row[0], row[1])
+    return exists, Owner(row[0], row[1])
 
 
 def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], schema: str) -> None:
@@ -339,12 +368,23 @@ def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], sche
             )
 
 
-def grant_sql(role: str, kind: str, schema: str = "pgqueue", owner: str | None = None) -> list[str]:
+def grant_sql(
+    role: str,
+    kind: str,
+    schema: str = "pgqueue",
+    owner: str | None = None,
+    *,
+    create: bool = False,
+    login: bool = False,
+) -> list[str]:
     """The SQL of :func:`grant` without connecting (``pgqueue grant --sql``),
     for a DBA to review and run: the role need not exist yet. ``owner``: the
     schema's owner, whom an admin becomes a member of (a comment says so when
-    it is not given)."""
+    it is not given). ``create``: start with its ``CREATE ROLE`` (NOLOGIN
+    unless ``login``)."""
     role, known, schema = role_name(role), kind_name(kind), validation.schema_name(schema)
+    if login and not create:
+        raise InvalidOption("login=True goes with create=True (an existing role is left as it is)")
     given = Owner(role_name(owner), False) if owner is not None else None
     notes = [f'-- pgqueue grant: {known} rights on schema "{schema}" for role "{role}"']
     if known == "admin":
@@ -358,4 +398,6 @@ def grant_sql(role: str, kind: str, schema: str = "pgqueue", owner: str | None =
             ]
         )
     statements = grant_statements(role, known, schema, given)
+    if create:
+        statements.insert(0, _create_role(role, login=login))
     return [*notes, *(f"{statement.as_string()};" for statement in statements)]

@@ -4,6 +4,7 @@ read-only mode, CSRF, escaping and every action's effect in the database."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import subprocess
 import sys
@@ -75,6 +76,53 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
         metrics = c.get("/metrics").text
         assert 'pgqueue_queue_jobs{queue="mail",status="dead"} 3' in metrics
         assert "pgqueue_workers_alive 0" in metrics
+
+
+#: Values of each path parameter that name nothing (an id past bigint too).
+#: Queues have none: a queue may be paused or limited before its first job.
+UNKNOWN = {
+    "job_id": ("999999999", "99999999999999999999"),
+    "workflow_id": ("999999999", "99999999999999999999"),
+    "name": ("no-such-schedule",),
+}
+NAMES_ANYTHING = {"queue"}
+
+
+def test_every_route_that_takes_an_id_answers_404_for_an_unknown_one(app: pgqueue.App) -> None:
+    from starlette.routing import Route
+
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    checked: list[str] = []
+    with client(app, token=TOKEN) as c:
+        for route in c.app.routes:
+            if not isinstance(route, Route) or not route.param_convertors:
+                continue
+            params = set(route.param_convertors)
+            if params & NAMES_ANYTHING:
+                continue
+            assert params <= set(UNKNOWN), f"{route.path}: what value names nothing?"
+            method = "GET" if "GET" in (route.methods or ()) else "POST"
+            for n, accept in itertools.product(range(2), ("text/html", "application/json")):
+                path = route.path_format.format(
+                    **{k: v[-1 if n else 0] for k, v in UNKNOWN.items()}
+                )
+                answer = c.request(method, path, headers={**auth, "accept": accept})
+                assert answer.status_code == 404, (method, path, answer.status_code, answer.text)
+                if answer.headers["content-type"].startswith("text/html"):
+                    message = html.unescape(answer.text)
+                    assert "<h1>Not found</h1>" in message
+                else:
+                    message = answer.json()["error"]
+                assert "does not exist" in message or "no schedule named" in message, message
+            checked.append(route.path)
+    # The pages, their JSON twins and the job actions.
+    assert {
+        "/jobs/{job_id:int}",
+        "/api/jobs/{job_id:int}",
+        "/workflows/{workflow_id:int}",
+        "/api/workflows/{workflow_id:int}",
+        "/actions/jobs/{job_id:int}/cancel",
+    } <= set(checked)
 
 
 def test_jobs_filters_and_keyset_pages(app: pgqueue.App, job_factory: JobFactory) -> None:

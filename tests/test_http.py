@@ -5,6 +5,7 @@ with producer, worker and admin tokens whose kinds run as roles granted by
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pgqueue
 from pgqueue.errors import InvalidOption
 from pgqueue.http.tokens import Tokens, hash_token
 from tests.fixtures.dbstate import snapshot
+from tests.fixtures.workers import wait_until
 from tests.http_support import Server, start_server
 from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
@@ -57,10 +59,11 @@ def test_producer_enqueues_worker_leases_and_acks(server: Server, app: pgqueue.A
                 "max_attempts": 2,
             },
         )
-        assert answer.status_code == 200, answer.text
+        assert answer.status_code == 201, answer.text  # created
         job_id = answer.json()["job_id"]
         assert answer.json() == {"job_id": job_id, "created": True}
         again = http.post("/v1/jobs", json={"task": "send", "queue": "mail", "dedup_key": "m1"})
+        assert again.status_code == 200, again.text  # the live job of that key: nothing created
         assert again.json() == {"job_id": job_id, "created": False}
     job = app.get_job(job_id)
     assert (job.task, job.queue, job.payload, job.priority, job.max_attempts) == (
@@ -313,11 +316,56 @@ def test_batch_enqueue_is_all_or_nothing(server: Server, app: pgqueue.App) -> No
                 ]
             },
         )
-    assert good.status_code == 200, good.text
+    assert good.status_code == 201, good.text
     ids = good.json()["job_ids"]
     assert good.json()["created"] == [True, True, False]
     assert ids[1] == ids[2]
     assert [app.get_job(i).task for i in ids] == ["a", "b", "b"]
+    with server.client("producer") as http:
+        hits = http.post("/v1/jobs/batch", json={"jobs": [{"task": "b", "queue": "other",
+                                                           "dedup_key": "k"}]})  # fmt: skip
+        empty = http.post("/v1/jobs/batch", json={"jobs": []})
+    # Nothing created: 200, as for a single enqueue that found its key's job.
+    assert (hits.status_code, hits.json()) == (200, {"job_ids": [ids[1]], "created": [False]})
+    assert (empty.status_code, empty.json()) == (200, {"job_ids": [], "created": []})
+
+
+def test_delay_takes_durations_and_tags_meta_depends_on_are_stored(
+    server: Server, app: pgqueue.App
+) -> None:
+    first = app.enqueue("t").job_id
+    with server.client("producer") as http:
+        answers = [
+            http.post("/v1/jobs", json={"task": "t", "delay": delay})
+            for delay in ("30s", "1h30m", "PT15M", 45, 2.5)
+        ]
+        rich = http.post(
+            "/v1/jobs",
+            json={"task": "t", "tags": ["tenant:9", "nightly"], "meta": {"by": "ops"},
+                  "depends_on": [first]},
+        )  # fmt: skip
+        batch = http.post(
+            "/v1/jobs/batch",
+            json={"jobs": [{"task": "a", "delay": "2m", "tags": ["x"]},
+                           {"task": "b", "meta": {"n": 1}, "depends_on": [first]}]},
+        )  # fmt: skip
+    assert [a.status_code for a in answers] == [201] * 5, [a.text for a in answers]
+    waits = [
+        app.get_job(a.json()["job_id"]).run_at - app.get_job(a.json()["job_id"]).created_at
+        for a in answers
+    ]
+    assert [w.total_seconds() for w in waits] == [30, 5400, 900, 45, 2.5]
+
+    assert rich.status_code == 201, rich.text
+    job = app.get_job(rich.json()["job_id"])
+    assert (job.tags, job.meta, job.status) == (["tenant:9", "nightly"], {"by": "ops"}, "waiting")
+    assert batch.status_code == 201, batch.text
+    a, b = (app.get_job(i) for i in batch.json()["job_ids"])
+    assert (a.run_at - a.created_at).total_seconds() == 120
+    assert (a.tags, b.meta, b.status) == (["x"], {"n": 1}, "waiting")
+    depends = "SELECT array_agg(depends_on) FROM pgqueue.job_dependencies WHERE job_id = %s"
+    assert scalar(app.dsn, depends, (job.id,)) == [first]
+    assert scalar(app.dsn, depends, (b.id,)) == [first]
 
 
 def test_batch_ack_in_one_statement(server: Server, app: pgqueue.App) -> None:
@@ -371,6 +419,40 @@ def test_a_long_poll_is_woken_by_an_enqueue(slow_poll_server: Server, app: pgque
     # only every 60 s: NOTIFY woke it.
     assert [j["job_id"] for j in got["jobs"]] == [job_id]
     assert leased(server, "lp", wait=0.5) == []
+
+
+def test_sigterm_ends_a_held_long_poll_with_no_jobs(server: Server, app: pgqueue.App) -> None:
+    got: dict[str, Any] = {}
+
+    def listeners() -> int:
+        return int(
+            scalar(
+                app.dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'pgqueue-events'",
+            )
+        )
+
+    def poll() -> None:
+        with server.client("worker", timeout=60) as http:
+            got["answer"] = http.post("/v1/queues/shut/lease", json={"wait": 20})
+
+    assert listeners() == 0
+    thread = threading.Thread(target=poll)
+    thread.start()
+    # The first waiter starts the server's LISTEN session: the poll is held.
+    wait_until(listeners, 30, "the long poll to wait")
+    server.process.send_signal(signal.SIGTERM)
+    thread.join(60)
+    assert not thread.is_alive()
+    server.process.wait(60)
+    answer = got["answer"]
+    # Uvicorn cancelled it after 5 s: a plain-text 500 and a logged traceback.
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"jobs": []}
+    log = server.log.read_text()
+    assert "ERROR" not in log, log
+    assert "Traceback" not in log, log
 
 
 def test_hundreds_of_waiters_share_one_listener(server: Server, app: pgqueue.App) -> None:
@@ -428,6 +510,14 @@ def test_hundreds_of_waiters_share_one_listener(server: Server, app: pgqueue.App
         (b'{"task": "t", "run_at": "tomorrow"}', 422, "run_at"),
         (b'{"task": "t", "run_at": "2030-02-30T00:00:00Z"}', 422, "run_at"),
         (b'{"task": "t", "delay": -1}', 422, "delay"),
+        (b'{"task": "t", "delay": "30"}', 422, "delay"),  # a unit is needed
+        (b'{"task": "t", "delay": "soon"}', 422, "delay"),
+        (b'{"task": "t", "delay": "-5s"}', 422, "delay"),
+        (b'{"task": "t", "delay": " 30s"}', 422, "delay"),
+        (b'{"task": "t", "delay": "99999d"}', 422, "delay"),  # over 36500 days
+        (b'{"task": "t", "delay": "P"}', 422, "delay"),
+        (b'{"task": "t", "delay": true}', 422, "delay"),
+        (b'{"task": "t", "delay": "5s", "run_at": "2030-01-01T00:00:00Z"}', 422, "delay"),
         (b'{"task": "t", "delay": 5, "run_at": "2030-01-01T00:00:00Z"}', 422, "delay"),
         (b'{"task": "t", "max_attempts": -1}', 422, "max_attempts"),
         (b'{"task": "t", "dedup_key": ""}', 422, "dedup_key"),
@@ -446,7 +536,7 @@ def test_bad_enqueue_bodies(
         answer = http.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == status, answer.text
     assert set(answer.json()) >= {"error", "message"}
-    # tags[0] or tags: the element, or the whole field while the core lacks it
+    # tags[0]: the element at fault
     assert (answer.json().get("field") or "").startswith(field or "")
     assert (field is None) == ("field" not in answer.json())
     if field:
@@ -516,3 +606,7 @@ def test_openapi_document(server: Server) -> None:
     enqueue = document["components"]["schemas"]["EnqueueRequest"]
     assert enqueue["required"] == ["task"]
     assert enqueue["additionalProperties"] is False
+    delay = enqueue["properties"]["delay"]["anyOf"][0]["anyOf"]  # a duration, or null
+    assert [one["type"] for one in delay] == ["number", "string"]
+    for path in ("/v1/jobs", "/v1/jobs/batch"):
+        assert {"200", "201"} <= set(document["paths"][path]["post"]["responses"])

@@ -247,6 +247,41 @@ def test_explain_names_the_facts_of_each_state(app: pgqueue.App, job_factory: Jo
     assert "quota exceeded" in text
 
 
+def test_explain_of_a_cancelled_job_says_why(app: pgqueue.App) -> None:
+    # Cancelled because a dependency was: the reason is the job's last_error.
+    first = app.enqueue("t").job_id
+    after = app.enqueue("t", depends_on=[first]).job_id
+    assert app.cancel(first) == "cancelled"
+    assert app.get_job(after).last_error == f"dependency {first} ended cancelled"
+    text = app.explain(after)
+    assert "was cancelled at" in text
+    assert text.endswith(f"UTC: dependency {first} ended cancelled"), text
+    # Cancelled by hand, without a reason: none is made up.
+    assert app.explain(first).endswith("UTC"), app.explain(first)
+
+    wf = app.workflow("nightly")
+    wf.add("extract")
+    run = wf.enqueue()
+    app.cancel_workflow(run.workflow_id)
+    assert app.explain(run.jobs["extract"]).endswith("UTC: workflow cancelled")
+
+    # A failed attempt's error is not the reason it was cancelled: said as what it is.
+    retried = app.enqueue("t", queue="retried", max_attempts=3).job_id
+    [leased] = app.lease("retried", "w1")
+    app.fail(leased, ValueError("boom"))
+    assert app.cancel(retried) == "cancelled"
+    text = app.explain(retried)
+    assert text.endswith("UTC, after attempt 1 failed: ValueError: boom"), text
+
+    # Asked to stop while running; the attempt then failed: its error, as the attempt's.
+    stopped = app.enqueue("t", queue="stopped").job_id
+    [running] = app.lease("stopped", "w2")
+    assert app.cancel(stopped) == "running"
+    app.fail(running, KeyError("interrupted"))
+    text = app.explain(stopped)
+    assert "while attempt 1 ran on worker w2; the attempt ended with KeyError" in text, text
+
+
 def test_explain_of_a_missing_job_is_not_found(app: pgqueue.App) -> None:
     with pytest.raises(pgqueue.JobNotFound):
         app.explain(777_777)

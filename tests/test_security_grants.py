@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue.grants import grant, grant_statements, role_name
+from pgqueue.grants import grant, grant_sql, grant_statements, role_name
 from pgqueue.migrate import current, downgrade, upgrade
 from pgqueue.version import SCHEMA_REVISION
 from tests.apps import least_privilege
@@ -653,6 +653,76 @@ def test_grant_command(db_dsn: str, roles: Roles) -> None:
     )
     with pgqueue.App(role.dsn) as prod:
         assert prod.enqueue("t").created
+
+
+def _role_attributes(dsn: str, name: str) -> tuple[bool, bool] | None:
+    """(rolcanlogin, rolsuper) of a role, or None when it does not exist."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolcanlogin, rolsuper FROM pg_roles WHERE rolname = %s", (name,)
+        ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_grant_create_makes_a_missing_role_nologin_unless_told(db_dsn: str, roles: Roles) -> None:
+    producer, worker = (f"pgq_made_{uuid.uuid4().hex[:8]}" for _ in range(2))
+    roles.created += [(producer, [db_dsn]), (worker, [db_dsn])]  # dropped after the test
+
+    missing = invoke(db_dsn, "grant", "--role", producer, "--producer")
+    assert_one_line_error(missing, "does not exist", "--create", "CREATE ROLE")
+    assert _role_attributes(db_dsn, producer) is None
+
+    done = run_cli(db_dsn, "grant", "--role", producer, "--producer", "--create")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith(f'created role "{producer}" (NOLOGIN:')
+    assert f'granted producer rights on schema "pgqueue" to role "{producer}"' in done.stdout
+    assert _role_attributes(db_dsn, producer) == (False, False)
+    # It holds the producer grant: a session that takes the role enqueues.
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(producer)))
+        conn.execute("SELECT pgqueue.enqueue('t')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pgqueue.lease(ARRAY['default'], 'w', 1)")
+
+    again = run_cli(db_dsn, "grant", "--role", producer, "--worker", "--create")
+    assert again.returncode == 0, again.stderr
+    assert f'role "{producer}" exists: left as it is' in again.stdout
+    assert _role_attributes(db_dsn, producer) == (False, False)
+
+    text = grant(worker, "worker", dsn=db_dsn, create=True, login=True)
+    assert text[1] == f'CREATE ROLE "{worker}" LOGIN;'
+    assert _role_attributes(db_dsn, worker) == (True, False)
+    assert scalar(db_dsn, "SELECT kind FROM pgqueue.role_grants WHERE role = %s", (worker,)) == (
+        "worker"
+    )
+    assert_one_line_error(
+        invoke(db_dsn, "grant", "--role", worker, "--worker", "--login"), "goes with --create"
+    )
+
+
+def test_grant_create_needs_createrole_and_writes_nothing_without_it(
+    db_dsn: str, roles: Roles
+) -> None:
+    admin = roles.create(db_dsn, kind="admin")  # every right on the schema, no CREATEROLE
+    name = f"pgq_never_{uuid.uuid4().hex[:8]}"
+    before = snapshot(db_dsn)
+    with pytest.raises(pgqueue.PermissionDenied, match="create role") as refused:
+        grant(name, "producer", dsn=admin.dsn, create=True)
+    assert "CREATEROLE" in str(refused.value)
+    assert _role_attributes(db_dsn, name) is None
+    assert snapshot(db_dsn) == before
+
+
+def test_grant_sql_create_prints_the_create_role_first() -> None:
+    text = grant_sql("pgq_later", "producer", create=True)
+    assert next(line for line in text if not line.startswith("--")) == (
+        'CREATE ROLE "pgq_later" NOLOGIN;'
+    )
+    printed = invoke(
+        None, "grant", "--role", "pgq_later", "--worker", "--sql", "--create", "--login"
+    )
+    assert printed.exit_code == 0, printed.output
+    assert 'CREATE ROLE "pgq_later" LOGIN;' in printed.stdout
 
 
 @pytest.mark.parametrize(

@@ -236,6 +236,52 @@ def test_cli_workflow_commands_and_depends_on(app: pgqueue.App, db_dsn: str) -> 
     assert app.get_workflow(run.workflow_id).status == "failed"
 
 
+def test_cli_workflow_show_takes_a_unique_name_and_lists_namesakes(
+    app: pgqueue.App, db_dsn: str
+) -> None:
+    unique = build_checkout(app).enqueue()  # named "checkout-42"
+    twins = []
+    for _ in range(2):
+        wf = app.workflow("nightly report")
+        wf.add("extract")
+        twins.append(wf.enqueue())
+    app.cancel_workflow(twins[0].workflow_id)
+
+    by_name = invoke(db_dsn, "workflow", "show", "checkout-42")
+    by_id = invoke(db_dsn, "workflow", "show", str(unique.workflow_id))
+    assert by_name.exit_code == 0, by_name.stderr
+    assert by_name.stdout == by_id.stdout
+    assert f"workflow {unique.workflow_id} 'checkout-42'" in by_name.stdout
+    as_json = invoke(db_dsn, "workflow", "show", "checkout-42", "--json")
+    assert json.loads(as_json.stdout)["workflow_id"] == unique.workflow_id
+
+    shared = invoke(db_dsn, "workflow", "show", "nightly report")
+    assert shared.exit_code == 1
+    assert shared.stdout == ""
+    first_line, *listing = shared.stderr.splitlines()
+    assert first_line == (
+        "error: 2 workflows are named 'nightly report': show one by its id, "
+        f"e.g. pgqueue workflow show {twins[1].workflow_id}"
+    )
+    rows = [line.split() for line in listing if line.strip()[:1].isdigit()]
+    assert [(int(r[0]), r[-1]) for r in rows] == [
+        (twins[1].workflow_id, "running"),  # newest first
+        (twins[0].workflow_id, "failed"),
+    ]
+    assert "created" in listing[0] + listing[1]
+
+    missing = invoke(db_dsn, "workflow", "show", "no such thing")
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("error: no workflow is named 'no such thing'")
+    assert invoke(db_dsn, "workflow", "show", "0").exit_code == 1
+    assert "does not exist" in invoke(db_dsn, "workflow", "show", "999999").stderr
+    with pytest.raises(pgqueue.InvalidOption, match="1 to 255"):
+        app.list_workflows(name="")
+    assert [w.workflow_id for w in app.list_workflows(name="nightly report", status="failed")] == [
+        twins[0].workflow_id
+    ]
+
+
 def test_archive_and_prune_take_the_workflow_bookkeeping_along(
     app: pgqueue.App, db_dsn: str
 ) -> None:

@@ -108,4 +108,6 @@ def serve(
         port=port,
         log_level=log_level,
         banner=f"pgqueue HTTP API on {{url}}/v1/ (tokens: {kinds})",
+        # Held long polls answer {"jobs": []} at once; other requests finish.
+        on_shutdown=asgi.state.api.stop_waiting,
     )

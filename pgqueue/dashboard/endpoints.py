@@ -31,13 +31,7 @@ from pgqueue.dashboard.security import (
     without_flash,
 )
 from pgqueue.dashboard.views import NAV, environment
-from pgqueue.errors import (
-    DatabaseError,
-    InvalidInput,
-    JobNotFound,
-    PgQueueError,
-    ScheduleNotFound,
-)
+from pgqueue.errors import DatabaseError, InvalidInput, PgQueueError
 from pgqueue.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -51,6 +45,20 @@ PageHandler = Callable[["Dashboard", Request], Awaitable[Response]]
 #: ``progress`` of a bulk action, and the fields the JSON answer shows).
 ActionHandler = Callable[["Dashboard", Request, FormData], Awaitable[dict[str, Any]]]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _status(exc: PgQueueError, *, otherwise: int) -> int:
+    """The HTTP status of a pgqueue error: 404 for whatever names nothing
+    (every ``...NotFound`` is a LookupError: a job, a workflow, a schedule, a
+    task), 400 for bad input, 503 when the database failed (unreachable,
+    timed out, read-only: try again later), else ``otherwise``."""
+    if isinstance(exc, LookupError):
+        return 404
+    if isinstance(exc, InvalidInput):
+        return 400
+    if isinstance(exc, DatabaseError):
+        return 503
+    return otherwise
 
 
 class Dashboard:
@@ -129,7 +137,9 @@ class Dashboard:
     def error(self, request: Request, status: int, message: str) -> Response:
         if self.wants_json(request) or not hasattr(request.state, "identity"):
             return JSONResponse({"error": message}, status_code=status)
-        return self.render(request, "error.html", status_code=status, message=message)
+        return self.render(
+            request, "error.html", status_code=status, status=status, message=message
+        )
 
     def unauthorized(self, request: Request, message: str) -> Response:
         if self.wants_json(request) or request.headers.get("authorization"):
@@ -157,7 +167,7 @@ class Dashboard:
     # --- wrappers --------------------------------------------------------------
 
     def page(self, handler: PageHandler) -> Endpoint:
-        """Authenticate, run, turn pgqueue's errors into 400/404/503."""
+        """Authenticate, run, turn pgqueue's errors into 400/404/503 (:func:`_status`)."""
 
         async def endpoint(request: Request) -> Response:
             refused = self._authenticate(request)
@@ -165,12 +175,8 @@ class Dashboard:
                 return refused
             try:
                 response = await handler(self, request)
-            except (JobNotFound, ScheduleNotFound) as exc:
-                response = self.error(request, 404, str(exc))
-            except InvalidInput as exc:
-                response = self.error(request, 400, str(exc))
             except PgQueueError as exc:
-                response = self.error(request, 503, str(exc))
+                response = self.error(request, _status(exc, otherwise=503), str(exc))
             response.headers.update(SECURITY_HEADERS)
             return response
 
@@ -226,14 +232,8 @@ class Dashboard:
                 return refuse(f"not allowed: {name}")
             try:
                 outcome = await handler(self, request, form)
-            except (JobNotFound, ScheduleNotFound) as exc:
-                return self.error(request, 404, str(exc))
-            except InvalidInput as exc:
-                return self.error(request, 400, str(exc))
-            except DatabaseError as exc:  # unreachable, timed out, read-only: try again later
-                return self.error(request, 503, str(exc))
-            except PgQueueError as exc:  # e.g. cancelling a finished job
-                return self.error(request, 409, str(exc))
+            except PgQueueError as exc:  # otherwise: e.g. cancelling a finished job
+                return self.error(request, _status(exc, otherwise=409), str(exc))
             finally:
                 self.data.invalidate()  # what the action changed shows on the next page
             log.info(

@@ -8,10 +8,12 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
-from pgqueue.errors import InvalidOption
+from pgqueue.errors import InvalidOption, JobNotFound
 
 #: Jobs one selection may name; more goes through "everything the filter matches".
 MAX_SELECTED = 1000
+#: The largest job id (a bigint).
+MAX_ID = 2**63 - 1
 
 
 def job_id_of(request: Request) -> int:
@@ -19,6 +21,8 @@ def job_id_of(request: Request) -> int:
     value = request.path_params["job_id"]
     if value < 1:
         raise InvalidOption(f"job id must be a positive integer, got {value}")
+    if value > MAX_ID:  # ids are bigints: no job has it (not a database error)
+        raise JobNotFound(value)
     return int(value)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -57,31 +56,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("pgqueue.http")
 
 DEFAULT_MAX_BODY = 1 << 20
-EXTRA_OPTIONS = ("tags", "meta", "depends_on")
 Handler = Callable[[Request], Awaitable[Any]]
+_OPTIONS = ("queue", "priority", "run_at", "delay", "max_attempts", "dedup_key", "serial_key",
+            "tags", "meta", "depends_on")  # fmt: skip
 
 
-def core_extras(app: App) -> frozenset[str]:
-    """Which of ``tags``, ``meta`` and ``depends_on`` the installed core
-    enqueue accepts (``App.enqueue_async`` and ``JobSpec`` both). The HTTP
-    schema accepts only empty values for the others. The one switch to
-    change when the core grows them."""
-    params = inspect.signature(app.enqueue_async).parameters
-    return frozenset(
-        name for name in EXTRA_OPTIONS if name in params and name in pgqueue.JobSpec._fields
-    )
-
-
-def enqueue_options(job: dict[str, Any], extras: frozenset[str]) -> dict[str, Any]:
+def enqueue_options(job: dict[str, Any]) -> dict[str, Any]:
     """Core enqueue keyword arguments from a checked body."""
-    options = {
-        key: job[key]
-        for key in ("queue", "priority", "run_at", "delay", "max_attempts", "dedup_key",
-                    "serial_key")
-        if job[key] is not None
-    }  # fmt: skip
-    options.update({key: job[key] for key in extras if job[key]})
-    return options
+    return {key: job[key] for key in _OPTIONS if job[key] is not None}
 
 
 def _role_dsn(dsn: str, role: str) -> str:
@@ -113,16 +95,15 @@ class Api:
         self.pool_max_size = pool_max_size
         self.poll_interval = poll_interval
         self.max_wait = max_wait
-        self.extras = core_extras(app)
         self.schema = app.schema
-        self.job_body = schemas.job_body(self.extras)
-        self.batch_body = schemas.batch_body(self.extras)
         self.lease_body = schemas.lease_body(max_wait)
         self.waiters = Waiters(app)
         self.roles: dict[Kind, str | None] = {}
         self.role_apps: dict[Kind, App] = {}
         self._pool: AsyncConnectionPool | None = None
         self._ready = False
+        #: The server is shutting down: long polls end now, with no jobs.
+        self.stopping = False
         self._lock = asyncio.Lock()
         #: Kinds whose grant cannot read queue metrics: read as this server (see metrics).
         self.metrics_as_server: set[Kind] = set()
@@ -169,6 +150,15 @@ class Api:
                     )
             self._pool = pool
             self._ready = True
+
+    def stop_waiting(self) -> None:
+        """End every held long poll now with the jobs it has (none), and let
+        no later one wait: call it when the server starts shutting down, on
+        its event loop (``pgqueue serve`` does). Requests in flight finish;
+        a server waits for them, and a long poll would otherwise hold it up
+        to ``max_wait`` (uvicorn cancels it first: a 500)."""
+        self.stopping = True
+        self.waiters.wake_all()
 
     async def close(self) -> None:
         await self.waiters.close()
@@ -319,28 +309,31 @@ def endpoint(api: Api, handler: Callable[[Api, Request], Awaitable[Any]]) -> Han
 # --- handlers -------------------------------------------------------------------------
 
 
-async def enqueue(api: Api, request: Request) -> dict[str, Any]:
+def _enqueued(body: dict[str, Any], created: bool) -> JSONResponse:
+    """201 when a job was created, 200 when none was (a dedup key's live job)."""
+    return JSONResponse(body, status_code=201 if created else 200)
+
+
+async def enqueue(api: Api, request: Request) -> JSONResponse:
     kind = api.authenticate(request, "producer")
-    job = api.job_body.parse(await api.body(request))
+    job = schemas.ENQUEUE.parse(await api.body(request))
     async with api.transaction(kind) as conn:
         done = await api.app.enqueue_async(
-            job["task"], job["payload"], conn=conn, **enqueue_options(job, api.extras)
+            job["task"], job["payload"], conn=conn, **enqueue_options(job)
         )
-    return {"job_id": done.job_id, "created": done.created}
+    return _enqueued({"job_id": done.job_id, "created": done.created}, done.created)
 
 
-async def enqueue_batch(api: Api, request: Request) -> dict[str, Any]:
+async def enqueue_batch(api: Api, request: Request) -> JSONResponse:
     kind = api.authenticate(request, "producer")
-    jobs = api.batch_body.parse(await api.body(request))["jobs"]
-    specs = [
-        pgqueue.JobSpec(job["task"], job["payload"], **enqueue_options(job, api.extras))
-        for job in jobs
-    ]
+    jobs = schemas.ENQUEUE_BATCH.parse(await api.body(request))["jobs"]
+    specs = [pgqueue.JobSpec(job["task"], job["payload"], **enqueue_options(job)) for job in jobs]
     if not specs:
-        return {"job_ids": [], "created": []}
+        return _enqueued({"job_ids": [], "created": []}, False)
     async with api.transaction(kind) as conn:  # all or nothing
         done = await api.app.enqueue_many_async(specs, conn=conn)
-    return {"job_ids": [d.job_id for d in done], "created": [d.created for d in done]}
+    created = [d.created for d in done]
+    return _enqueued({"job_ids": [d.job_id for d in done], "created": created}, any(created))
 
 
 async def get_job(api: Api, request: Request) -> dict[str, Any]:
@@ -410,12 +403,14 @@ async def lease(api: Api, request: Request) -> dict[str, Any]:
                 event.clear()  # a notification from now on wakes the wait below
             jobs = await _lease_once(api, kind, queue, worker_id, count, body["lease_seconds"])
             left = deadline - loop.time()
-            if jobs or left <= 0 or event is None:
+            if jobs or left <= 0 or event is None or api.stopping:
                 break
             if await request.is_disconnected():
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), min(left, api.poll_interval))
+            if api.stopping:  # woken by the shutdown: answer now, lease nothing more
+                break
     finally:
         if event is not None:
             api.waiters.unregister(queue, event)
@@ -627,7 +622,10 @@ def create_api(
     role each kind runs as (default: the one ``pgqueue grant`` recorded).
     ``max_wait``: the longest long-poll a lease may ask for (seconds).
     ``poll_interval``: how often a long-polling lease looks again without a
-    notification (jobs that become due later send none).
+    notification (jobs that become due later send none). A host that serves
+    it calls ``web.state.api.stop_waiting()`` when it starts shutting down,
+    so that held long polls answer ``{"jobs": []}`` at once instead of
+    holding the shutdown up (``pgqueue serve`` does).
     """
     if not isinstance(tokens, Tokens):
         tokens = Tokens.from_file(tokens) if isinstance(tokens, str | Path) else Tokens(tokens)

@@ -51,9 +51,7 @@ class Waiters:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
-        for waiting in self._queues.values():
-            for event in waiting:
-                event.set()
+        self.wake_all()
 
     def register(self, queue: str) -> asyncio.Event:
         """An event set when ``queue`` may have work; call :meth:`unregister` after."""
@@ -70,6 +68,12 @@ class Waiters:
             waiting.remove(event)
         if not waiting:
             del self._queues[queue]
+
+    def wake_all(self) -> None:
+        """Wake every waiting request (the server is shutting down)."""
+        for waiting in self._queues.values():
+            for event in waiting:
+                event.set()
 
     def wake(self, queue: str) -> None:
         """Wake the longest-waiting request of ``queue`` not yet woken."""

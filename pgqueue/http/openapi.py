@@ -188,13 +188,21 @@ def _operation(
     body: str | None = None,
     body_required: bool = True,
     parameters: tuple[str, ...] = (),
+    creates: bool = False,
 ) -> dict[str, Any]:
-    responses: dict[str, Any] = {
-        "200": {
-            "description": "OK",
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{answer}"}}},
-        },
-    }
+    content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{answer}"}}}
+    responses: dict[str, Any] = (
+        {
+            "201": {"description": "Created (a batch: at least one job)", "content": content},
+            "200": {
+                "description": "Nothing created: each job's dedup_key named a live job, "
+                "whose id is answered (created: false)",
+                "content": content,
+            },
+        }
+        if creates
+        else {"200": {"description": "OK", "content": content}}
+    )
     for code, text in _ERRORS.items():
         if code == "400" and body is None:
             continue
@@ -247,8 +255,8 @@ def _operation(
 def openapi_document(api: Api) -> dict[str, Any]:
     """The OpenAPI 3.1 document of this server (its limits and features)."""
     bodies = [
-        api.job_body,
-        api.batch_body,
+        schemas.ENQUEUE,
+        schemas.ENQUEUE_BATCH,
         api.lease_body,
         schemas.ACK,
         schemas.FAIL,
@@ -282,11 +290,17 @@ def openapi_document(api: Api) -> dict[str, Any]:
         },
         "paths": {
             "/v1/jobs": {
-                "post": _operation("Enqueue", "Enqueued", kind="producer", body="EnqueueRequest")
+                "post": _operation(
+                    "Enqueue", "Enqueued", kind="producer", body="EnqueueRequest", creates=True
+                )
             },
             "/v1/jobs/batch": {
                 "post": _operation(
-                    "Enqueue batch", "EnqueuedBatch", kind="producer", body="EnqueueBatchRequest"
+                    "Enqueue batch",
+                    "EnqueuedBatch",
+                    kind="producer",
+                    body="EnqueueBatchRequest",
+                    creates=True,
                 )
             },
             "/v1/jobs/{id}": {

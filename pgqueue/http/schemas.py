@@ -13,10 +13,12 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueue import validation
+from pgqueue.durations import parse_duration
+from pgqueue.errors import InvalidDuration
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -36,6 +38,9 @@ DATE_TIME = (
     r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?"
     r"([Zz]|[+-](0[0-9]|1[0-4]):[0-5][0-9])$"  # PostgreSQL takes offsets up to 15:59
 )
+# What parse_duration reads (numbers with units, or ISO 8601 with capitals),
+# without surrounding blanks; it refuses what this lets through and it does not.
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d|w))+$|^P[0-9.WDTHMS]+$"
 TEXT = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"  # not blank, no control chars
 TAG = r"^[A-Za-z0-9_.:-]{1,64}$"
 QUEUE = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -180,24 +185,49 @@ class DateTime(Type):
             raise invalid(path, f"is not a date that exists: {value!r}") from None
 
 
+class Duration(Type):
+    """Seconds (a number) or a duration with units, as everywhere in pgqueue
+    (:func:`pgqueue.durations.parse_duration`): ``"30s"``, ``"1h30m"``,
+    ``"PT15M"``; at most 36500 days."""
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "anyOf": [
+                Number(0, MAX_DELAY).schema(),
+                {"type": "string", "pattern": DURATION, "maxLength": 64},
+            ],
+        }
+
+    def parse(self, value: Any, path: str) -> float | timedelta:
+        if not isinstance(value, str):
+            try:
+                return Number(0, MAX_DELAY).parse(value, path)
+            except ApiError:
+                raise invalid(
+                    path, f"must be seconds (a number) or a duration like 30s, got {_show(value)}"
+                ) from None
+        if len(value) > 64 or not _compiled(DURATION).fullmatch(value):  # no trailing newline
+            raise invalid(
+                path, f"must be a duration like 30s, 15m, 1h30m or PT15M, got {_show(value)}"
+            )
+        try:
+            return parse_duration(value)
+        except InvalidDuration as exc:
+            raise invalid(path, str(exc)) from None
+
+
 @dataclass(frozen=True)
 class JsonObject(Type):
     """A JSON object; ``max_bytes`` bounds its JSON text."""
 
     max_bytes: int | None = None
-    empty_only: bool = False  # a feature this pgqueue lacks: only {} is accepted
 
     def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "object"}
-        if self.empty_only:
-            out["maxProperties"] = 0
-        return out
+        return {"type": "object"}
 
     def parse(self, value: Any, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise invalid(path, f"must be a JSON object, got {_show(value)}")
-        if self.empty_only and value:
-            raise invalid(path, "is not supported by this pgqueue version (leave it out)")
         if self.max_bytes is not None:
             size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
             if size > self.max_bytes:
@@ -218,21 +248,18 @@ class Array(Type):
     items: Type
     max_items: int
     min_items: int = 0
-    not_supported: bool = False  # a feature this pgqueue lacks: only [] is accepted
 
     def schema(self) -> dict[str, Any]:
         return {
             "type": "array",
             "items": self.items.schema(),
             "minItems": self.min_items,
-            "maxItems": 0 if self.not_supported else self.max_items,
+            "maxItems": self.max_items,
         }
 
     def parse(self, value: Any, path: str) -> list[Any]:
         if not isinstance(value, list):
             raise invalid(path, f"must be an array, got {_show(value)}")
-        if self.not_supported and value:
-            raise invalid(path, "is not supported by this pgqueue version (leave it out)")
         if not self.min_items <= len(value) <= self.max_items:
             raise invalid(
                 path, f"must have {self.min_items} to {self.max_items} items, got {len(value)}"
@@ -342,51 +369,45 @@ JOB_ID = Int(1, INT64_MAX)
 KEY = Str(MAX_KEY_CHARS, NO_NUL, what="1 to 256 characters without NUL")
 
 
-def job_body(extras: frozenset[str]) -> Body:
-    """The enqueue body; ``extras``: which of tags/meta/depends_on the
-    installed core enqueue accepts (the others accept only empty values)."""
-    return Body(
-        "EnqueueRequest",
-        {
-            "task": Prop(
-                Str(validation.MAX_TASK_NAME, TEXT, what="a task name without control characters"),
-                required=True,
-                description="Task name; the task need not be known to this server.",
-            ),
-            "payload": Prop(JsonObject(), description="The task's keyword arguments."),
-            "queue": Prop(Str(128, QUEUE, what="a queue name: 1-128 of A-Z a-z 0-9 _ . : -")),
-            "priority": Prop(Int(-32768, 32767), description="Higher runs first."),
-            "run_at": Prop(DateTime()),
-            "delay": Prop(Number(0, MAX_DELAY), description="Seconds from now."),
-            "dedup_key": Prop(KEY),
-            "serial_key": Prop(KEY),
-            "max_attempts": Prop(Int(0, INT32_MAX), description="0: unlimited."),
-            "tags": Prop(
-                Array(
-                    Str(64, TAG, what="a tag: 1-64 of A-Z a-z 0-9 _ . : -"),
-                    MAX_TAGS,
-                    not_supported="tags" not in extras,
-                ),
-                description="Up to 16 tags of [A-Za-z0-9_.:-]{1,64}.",
-            ),
-            "meta": Prop(
-                JsonObject(MAX_META_BYTES, empty_only="meta" not in extras),
-                description="A JSON object of up to 8 KiB.",
-            ),
-            "depends_on": Prop(
-                Array(JOB_ID, MAX_BATCH, not_supported="depends_on" not in extras),
-                description="Job ids this job waits for.",
-            ),
-        },
-        exclusive=(("run_at", "delay"),),
-    )
+ENQUEUE = Body(
+    "EnqueueRequest",
+    {
+        "task": Prop(
+            Str(validation.MAX_TASK_NAME, TEXT, what="a task name without control characters"),
+            required=True,
+            description="Task name; the task need not be known to this server.",
+        ),
+        "payload": Prop(JsonObject(), description="The task's keyword arguments."),
+        "queue": Prop(Str(128, QUEUE, what="a queue name: 1-128 of A-Z a-z 0-9 _ . : -")),
+        "priority": Prop(Int(-32768, 32767), description="Higher runs first."),
+        "run_at": Prop(DateTime()),
+        "delay": Prop(
+            Duration(),
+            description="From now: seconds (a number) or a duration like 30s, 1h30m, PT15M.",
+        ),
+        "dedup_key": Prop(KEY),
+        "serial_key": Prop(KEY),
+        "max_attempts": Prop(Int(0, INT32_MAX), description="0: unlimited."),
+        "tags": Prop(
+            Array(Str(64, TAG, what="a tag: 1-64 of A-Z a-z 0-9 _ . : -"), MAX_TAGS),
+            description="Up to 16 tags of [A-Za-z0-9_.:-]{1,64}.",
+        ),
+        "meta": Prop(
+            JsonObject(MAX_META_BYTES),
+            description="A JSON object of up to 8 KiB.",
+        ),
+        "depends_on": Prop(
+            Array(JOB_ID, MAX_BATCH),
+            description="Job ids this job waits for.",
+        ),
+    },
+    exclusive=(("run_at", "delay"),),
+)
 
 
-def batch_body(extras: frozenset[str]) -> Body:
-    return Body(
-        "EnqueueBatchRequest",
-        {"jobs": Prop(Array(job_body(extras), MAX_BATCH), required=True)},
-    )
+ENQUEUE_BATCH = Body(
+    "EnqueueBatchRequest", {"jobs": Prop(Array(ENQUEUE, MAX_BATCH), required=True)}
+)
 
 
 def lease_body(max_wait: float) -> Body:

@@ -317,11 +317,10 @@ def _explain(job_id: int) -> Op[str]:
             f"{len(pending)} of its {len(deps)} dependencies to end: {', '.join(pending)}"
             + (f"; already ended: {', '.join(ended)}" if ended else "")
         )
-    last_attempt = None
+    history = []
     if row["stored_status"] in ("dead", "cancelled"):
         history = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")
-        last_attempt = history[-1] if history else None
-    return explain_job(row, context, last_attempt)
+    return explain_job(row, context, history)
 
 
 def result(

@@ -107,7 +107,7 @@ def _missing_job(exc: Exception) -> int | None:
 def get_workflow(workflow_id: int) -> Op[WorkflowInfo]:
     """A workflow, each step as a Job, and which steps each waits for."""
     ident = _workflow_id(workflow_id)
-    found = yield from _load([ident])
+    found = (yield from _load([ident])) if ident <= _MAX_ID else []
     if not found:
         raise WorkflowNotFound(ident)
     return found[0]
@@ -154,14 +154,23 @@ def _status(jobs: Any) -> Any:
     return "succeeded" if all(s is JobStatus.SUCCEEDED for s in statuses) else "failed"
 
 
-def list_workflows(status: str | None = None, limit: int = 50) -> Op[list[WorkflowInfo]]:
-    """Workflows, newest first, with their steps."""
+def list_workflows(
+    status: str | None = None, limit: int = 50, name: str | None = None
+) -> Op[list[WorkflowInfo]]:
+    """Workflows, newest first, with their steps (``name``: only those so named)."""
     if status is not None and status not in ("running", "succeeded", "failed"):
         raise InvalidOption(f"unknown workflow status {status!r}: running, succeeded or failed")
     limit = validation.positive_int("limit", limit, 1000)
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= 255):
+        raise InvalidOption(f"a workflow name is 1 to 255 characters, got {name!r}")
     rows = yield Execute(
         "workflow_list",
-        {"status": status, "limit": limit, "scan": limit if status is None else limit * 20},
+        {
+            "status": status,
+            "name": name,
+            "limit": limit,
+            "scan": limit if status is None else limit * 20,
+        },
     )
     return (yield from _load([int(r[0]) for r in rows]))
 
@@ -169,7 +178,11 @@ def list_workflows(status: str | None = None, limit: int = 50) -> Op[list[Workfl
 def cancel_workflow(workflow_id: int) -> Op[int]:
     """Cancel the workflow's live steps (running ones are asked to stop)."""
     ident = _workflow_id(workflow_id)
-    head = yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one")
+    head = (
+        (yield Execute("workflow_get", {"workflow_ids": [ident]}, fetch="one"))
+        if ident <= _MAX_ID
+        else None
+    )
     if head is None:
         raise WorkflowNotFound(ident)
     params = cancel_params(
@@ -188,6 +201,10 @@ def dependencies(job_id: int) -> Op[tuple[int | None, list[tuple[str, str, Any]]
     rows = yield Execute("job_dependencies", {"job_id": job_id})
     workflow_id = rows[0][0] if rows else None
     return workflow_id, [(r[1], r[2], r[3]) for r in rows if r[1] is not None]
+
+
+#: Ids are bigints: a larger one names no workflow (not a database error).
+_MAX_ID = 2**63 - 1
 
 
 def _workflow_id(value: object) -> int:

@@ -39,7 +39,9 @@ ORDER BY d.job_id, d.depends_on;
 
 -- name: workflow_list
 -- Ids of workflows, newest first; status running until every step ended,
--- then succeeded (all succeeded) or failed. %(status)s filters on it.
+-- then succeeded (all succeeded) or failed. %(status)s filters on it, and
+-- %(name)s on the name (no index on it: a scan of workflows, newest first,
+-- that stops at %(scan)s of that name).
 SELECT l.id FROM (
     SELECT w.id,
            CASE WHEN bool_and(coalesce(j.stage, a.status) IN ('succeeded', 'dead', 'cancelled'))
@@ -50,7 +52,9 @@ SELECT l.id FROM (
     JOIN {schema}.job_waits s ON s.workflow_id = w.id
     LEFT JOIN {schema}.jobs j ON j.id = s.job_id
     LEFT JOIN {schema}.jobs_archive a ON a.id = s.job_id
-    WHERE w.id IN (SELECT x.id FROM {schema}.workflows x ORDER BY x.id DESC LIMIT %(scan)s)
+    WHERE w.id IN (SELECT x.id FROM {schema}.workflows x
+                   WHERE %(name)s::text IS NULL OR x.name = %(name)s::text
+                   ORDER BY x.id DESC LIMIT %(scan)s)
     GROUP BY w.id
 ) l
 WHERE %(status)s::text IS NULL OR l.status = %(status)s::text
