@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pgqueue.commands import command
+
 
 def fmt_time(value: datetime | None) -> str:
     if value is None:
@@ -76,7 +78,7 @@ def explain_job(
         return (
             f"{prefix}{job} is dead after {_attempts(row)} of {row['max_attempts']} "
             f"({why}): last error {row['last_error'] or 'none recorded'}; "
-            f"requeue it with `pgqueue dlq requeue {row['id']}`"
+            f"requeue it with `{command('dlq requeue ' + str(row['id']))}`"
         )
     if status == "cancelled":
         during = ""
@@ -129,7 +131,7 @@ def explain_job(
     if context.get("paused"):
         waits.append(
             f"queue {row['queue']!r} is paused (resume it with "
-            f"`pgqueue queue resume {row['queue']}`)"
+            f"`{command('queue resume ' + str(row['queue']))}`)"
         )
     if context.get("serial_blocker_id") is not None:
         waits.append(

@@ -95,6 +95,13 @@ def test_manage_py_worker_and_plain_worker(
     assert listed.returncode == 0, listed.stderr
     assert "tests.apps.django_tasks.explode" in listed.stdout
 
+    # Hints name the command as it was invoked (here through `python -m django`).
+    explained = _django(db_dsn, "pgqueue", "jobs", "explain", failed.id)
+    assert explained.returncode == 0, explained.stderr
+    assert f"requeue it with `python -m django pgqueue dlq requeue {failed.id}`" in (
+        explained.stdout
+    )
+
 
 def test_check_command_reports_an_unmigrated_schema(db_dsn: str, tmp_path: Path) -> None:
     ok = _django(db_dsn, "check")
