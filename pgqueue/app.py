@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -62,6 +63,40 @@ class App(AppOperations, AsyncAppOperations):
         if self._hub is not None:
             await asyncio.to_thread(self._hub.close)
         await self.database.close_async()
+
+    def point_at(self, dsn: str | None = None, *, schema: str | None = None) -> None:
+        """Point this App, in place, at the database ``dsn`` and/or the schema
+        ``schema`` (None: keep it). Its tasks, middleware, settings and every
+        reference to it stay; its pools and subscriptions close first and
+        reopen there on next use, and its LISTEN connections follow a new
+        ``dsn``. Not while a worker of this App runs. Django's integration
+        uses it to follow Django to its test database."""
+        from pgqueue import validation
+        from pgqueue.config import resolve_dsn
+        from pgqueue.database import Database
+        from pgqueue.queries import queries_for
+
+        # Everything is built (and so checked) before anything changes.
+        new_schema = self.schema if schema is None else validation.schema_name(schema)
+        new_dsn = self.dsn if dsn is None else resolve_dsn(dsn)
+        queries = self.queries if new_schema == self.schema else queries_for(new_schema)
+        old = self.database
+        database = Database(
+            new_dsn,
+            queries,
+            min_size=old.min_size,
+            max_size=old.max_size,
+            timeout=old.timeout,
+            transaction_pooler=old.transaction_pooler,
+        )
+        listen_dsn = self.listen_dsn if new_dsn == self.dsn else (new_dsn if self.listen else None)
+        listen_database = self._listen_database(database, new_dsn, listen_dsn)
+        self.close()
+        self.schema, self.dsn, self.queries = new_schema, new_dsn, queries
+        self.database, self.listen_dsn, self.listen_database = database, listen_dsn, listen_database
+        self._hub = None
+        if queries is not self.op_context.queries:
+            self.op_context = replace(self.op_context, schema=new_schema, queries=queries)
 
     def __enter__(self) -> App:
         return self

@@ -73,11 +73,7 @@ class AppBase:
             transaction_pooler=self.pooler == "transaction",
         )
         #: Dedicated LISTEN connections (the worker's listener) open through this.
-        self.listen_database = (
-            self.database
-            if self.listen_dsn in (None, self.dsn)
-            else Database(self.listen_dsn or "", self.queries, min_size=0, max_size=1)
-        )
+        self.listen_database = self._listen_database(self.database, self.dsn, self.listen_dsn)
         self._hub: Hub | None = None
         self.op_context = OpContext(
             schema=self.schema,
@@ -88,6 +84,13 @@ class AppBase:
             clock=clock or _no_clock,
             middleware=self.middleware,
         )
+
+    @staticmethod
+    def _listen_database(database: Database, dsn: str, listen_dsn: str | None) -> Database:
+        """Where dedicated LISTEN connections of an App on ``database`` open."""
+        if listen_dsn in (None, dsn):
+            return database
+        return Database(listen_dsn or "", database.queries, min_size=0, max_size=1)
 
     def __repr__(self) -> str:
         return f"<pgqueue.App schema={self.schema!r} tasks={len(self.tasks)}>"

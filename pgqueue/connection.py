@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ConnStatus, Format
 from psycopg_pool import PoolTimeout
 
+from pgqueue.commands import command
 from pgqueue.errors import (
     ConnectionFailed,
     DatabaseError,
@@ -106,13 +107,12 @@ def _libpq_defaults() -> dict[str, str]:
 
 def migrate_command(schema: str) -> str:
     """The command that migrates ``schema`` (global options go before the command)."""
-    return "pgqueue migrate" if schema == "pgqueue" else f"pgqueue --schema {schema} migrate"
+    return command("migrate", schema)
 
 
 def grant_command(schema: str, role: str | None) -> str:
     """The command that grants ``role`` its privileges on ``schema``."""
-    prefix = "pgqueue grant" if schema == "pgqueue" else f"pgqueue --schema {schema} grant"
-    return f"{prefix} --role {role or 'ROLE'} --producer|--worker|--admin"
+    return command(f"grant --role {role or 'ROLE'} --producer|--worker|--admin", schema)
 
 
 def dsn_role(dsn: str) -> str | None:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pgqueue.commands import command
+
 
 def fmt_time(value: datetime | None) -> str:
     if value is None:
@@ -95,7 +97,7 @@ def explain_job(
         return (
             f"{prefix}{job} is dead after {_attempts(row)} of {row['max_attempts']} "
             f"({why}): last error {row['last_error'] or 'none recorded'}; "
-            f"requeue it with `pgqueue dlq requeue {row['id']}`"
+            f"requeue it with `{command('dlq requeue ' + str(row['id']))}`"
         )
     if status == "cancelled":
         during = ""
@@ -151,7 +153,7 @@ def explain_job(
     if context.get("paused"):
         waits.append(
             f"queue {row['queue']!r} is paused (resume it with "
-            f"`pgqueue queue resume {row['queue']}`)"
+            f"`{command('queue resume ' + str(row['queue']))}`)"
         )
     if context.get("serial_blocker_id") is not None:
         waits.append(

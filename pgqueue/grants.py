@@ -49,6 +49,7 @@ import psycopg
 from psycopg import sql
 
 from pgqueue import validation
+from pgqueue.commands import program
 from pgqueue.config import resolve_dsn
 from pgqueue.connection import ErrorTranslator, connection_params, migrate_command, translated
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
@@ -290,7 +291,7 @@ def grant(
     if login and not create:
         raise InvalidOption("login=True goes with create=True (an existing role is left as it is)")
     target = resolve_dsn(dsn)
-    hint = f'run pgqueue grant as the owner of schema "{schema}" or a superuser'
+    hint = f'run {program()} grant as the owner of schema "{schema}" or a superuser'
     translate = ErrorTranslator(
         schema,
         target,
@@ -364,7 +365,7 @@ def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], sche
             raise PermissionDenied(
                 f'this role may not grant every privilege on schema "{schema}" '
                 f"({warnings[0]}, and {len(warnings) - 1} more): nothing was granted; run "
-                f'pgqueue grant as the owner of schema "{schema}" or a superuser'
+                f'{program()} grant as the owner of schema "{schema}" or a superuser'
             )
 
 

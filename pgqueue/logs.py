@@ -1,4 +1,6 @@
-"""structlog setup for the worker and the CLI: console lines on a TTY, JSON otherwise."""
+"""structlog setup for the worker and the CLI: console lines on a TTY, JSON
+otherwise. The standard library's logging is left to the host application
+when it configured it (Django does, by default)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ LEVELS = {
 def configure_logging(
     level: str = "info", fmt: str = "auto", stream: TextIO | None = None, *, cache: bool = True
 ) -> None:
-    """Send pgqueue's (and psycopg's) logs to ``stream`` (stderr) at ``level``,
-    rendered for humans (``console``) or machines (``json``); ``auto`` picks
-    console on a TTY. ``cache``: loggers keep this configuration for good
+    """Send pgqueue's logs to ``stream`` (stderr) at ``level``, rendered for
+    humans (``console``) or machines (``json``); ``auto`` picks console on a
+    TTY. Records of the standard library's logging (psycopg's) go there too,
+    unless the host application configured logging (then its handlers alone
+    decide). ``cache``: loggers keep this configuration for good
     (faster; for a process that is only a worker)."""
     out = stream or sys.stderr
     if level.lower() not in LEVELS:
@@ -51,10 +55,39 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=cache,
     )
-    # Libraries that log through the standard library (psycopg_pool) go to the same stream.
-    logging.basicConfig(
-        stream=out,
-        level=max(number, logging.WARNING),
-        format="%(levelname)s %(name)s: %(message)s",
-        force=True,
+    _configure_stdlib(out, max(number, logging.WARNING))
+
+
+#: The name of the root handler pgqueue adds (replaced, never duplicated, by
+#: the next configure_logging).
+HANDLER_NAME = "pgqueue"
+
+
+def _configure_stdlib(stream: TextIO, level: int) -> None:
+    """Libraries that log through the standard library (psycopg_pool,
+    pgqueue.http) go to ``stream`` too, through a root handler of pgqueue's,
+    unless the host application configured logging itself: a library must
+    not change that (Django's handlers would print each of their records a
+    second time through a root handler added beside them)."""
+    root = logging.getLogger()
+    if host_configured_logging():
+        return
+    for handler in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(stream)
+    handler.set_name(HANDLER_NAME)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def host_configured_logging() -> bool:
+    """Whether a handler other than pgqueue's (and other than a library's
+    NullHandler) is on the root logger or any other."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return any(
+        handler.get_name() != HANDLER_NAME and not isinstance(handler, logging.NullHandler)
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+        for handler in logger.handlers
     )

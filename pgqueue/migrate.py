@@ -17,6 +17,7 @@ from typing import TextIO
 
 from pgqueue import validation
 from pgqueue._resources import migrations_dir, sql_dir
+from pgqueue.commands import command
 from pgqueue.config import resolve_dsn
 from pgqueue.errors import PermissionDenied
 from pgqueue.queries import render
@@ -84,7 +85,8 @@ def _refusal_as_permission_denied(schema: str, dsn: str | None) -> Iterator[None
     from pgqueue.connection import ErrorTranslator, translated
 
     hint = (
-        "migrations run as the owner of the schema (or a member of it, see `pgqueue grant --admin`)"
+        "migrations run as the owner of the schema "
+        f"(or a member of it, see `{command('grant --admin')}`)"
     )
     from pgqueue.connection import connection_params
 

@@ -26,6 +26,7 @@ _SLOW_WITHOUT_DATABASE = frozenset(
         "test_typed_api.py",
         "test_worker_speed.py",
         "test_harness.py",
+        "test_logs.py",
         "test_migrations.py",
         "test_benchmark_statements.py",
         "test_cli_bad_input.py::test_wrong_dsn_through_the_console_script",

@@ -195,3 +195,26 @@ def test_manage_help_lists_pgqueue_commands(db_dsn: str) -> None:
     assert done.returncode == 0, done.stderr
     assert "worker" in done.stdout
     assert "migrate" in done.stdout
+
+
+def test_a_django_migration_per_pgqueue_revision() -> None:
+    """`manage.py migrate` keeps a project's schema at head across pgqueue
+    upgrades only if each of pgqueue's revisions has its Django migration:
+    ``NNNN_*`` applies up to head, and reversed takes the schema back to the
+    revision before (the first: uninstalls)."""
+    import importlib
+
+    from alembic.script import ScriptDirectory
+
+    from pgqueue.contrib.django.schema import ApplySchema, migration_names
+
+    script = ScriptDirectory(str(REPO_ROOT / "migrations"))
+    revisions = list(reversed(list(script.walk_revisions())))
+    names = migration_names()
+    assert [name.partition("_")[0] for name in names] == [r.revision for r in revisions]
+    for name, revision in zip(names, revisions, strict=True):
+        module = importlib.import_module(f"pgqueue.contrib.django.migrations.{name}")
+        [operation] = module.Migration.operations
+        assert isinstance(operation, ApplySchema)
+        assert operation.reverse_to == revision.down_revision
+        assert module.Migration.atomic is False  # pgqueue's own transaction

@@ -95,23 +95,43 @@ def test_manage_py_worker_and_plain_worker(
     assert listed.returncode == 0, listed.stderr
     assert "tests.apps.django_tasks.explode" in listed.stdout
 
+    # Hints name the command as it was invoked (here through `python -m django`).
+    explained = _django(db_dsn, "pgqueue", "jobs", "explain", failed.id)
+    assert explained.returncode == 0, explained.stderr
+    assert f"requeue it with `python -m django pgqueue dlq requeue {failed.id}`" in (
+        explained.stdout
+    )
 
-def test_check_command_reports_an_unmigrated_schema(db_dsn: str, tmp_path: Path) -> None:
+
+def test_check_command_warns_of_an_unmigrated_schema(db_dsn: str, tmp_path: Path) -> None:
     ok = _django(db_dsn, "check")
     assert ok.returncode == 0, ok.stderr
+    assert "pgqueue" not in ok.stderr
     (tmp_path / "unmigrated_settings.py").write_text(
         "from tests.apps.django_settings import *\n"
         "TASKS = {'default': {**TASKS['default'], 'OPTIONS': {'schema': 'elsewhere'}}}\n"
     )
-    failed = _django(
-        db_dsn,
-        "check",
-        "--settings",
-        "unmigrated_settings",
-        "--pythonpath",
-        str(tmp_path),
-    )
-    assert failed.returncode != 0
-    assert "pgqueue.E001" in failed.stderr
-    assert 'schema "elsewhere" is not migrated' in failed.stderr
-    assert "manage.py pgqueue migrate" in failed.stderr
+    other = ("--settings", "unmigrated_settings", "--pythonpath", str(tmp_path))
+
+    warned = _django(db_dsn, "check", *other)
+    # A warning: `manage.py migrate`, which applies the schema, must run.
+    assert warned.returncode == 0, warned.stderr
+    assert (
+        "TASKS['default']: (pgqueue.W002) schema \"elsewhere\" is not migrated\n"
+        "\tHINT: run `manage.py migrate`"
+    ) in warned.stderr
+    assert "object at 0x" not in warned.stderr
+    assert _django(db_dsn, "check", "--fail-level", "WARNING", *other).returncode != 0
+
+    migrated = _django(db_dsn, "migrate", *other)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "Applying pgqueue.0001_schema... OK" in migrated.stdout
+    clean = _django(db_dsn, "check", *other)
+    assert (clean.returncode, clean.stderr) == (0, "")
+
+    # Dropped behind Django's back: `migrate` would do nothing (its migration is
+    # recorded), so the hint names the command that recreates it.
+    dropped = _django(db_dsn, "pgqueue", "uninstall", "--yes", *other)
+    assert dropped.returncode == 0, dropped.stderr
+    warned = _django(db_dsn, "check", *other)
+    assert "HINT: run `manage.py pgqueue migrate`" in warned.stderr

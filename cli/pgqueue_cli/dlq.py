@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 import pgqueue
+from pgqueue.commands import command
 from pgqueue.errors import InvalidJobState, InvalidOption
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
@@ -53,7 +54,7 @@ def list_dead(
         page = queue_app.list_jobs(
             queue=queue, status="dead", task=task, limit=limit, cursor=cursor
         )
-    print_page(page, as_json, DLQ_COLUMNS, "pgqueue dlq list")
+    print_page(page, as_json, DLQ_COLUMNS, command("dlq list"))
 
 
 @app.command()
@@ -132,7 +133,7 @@ def _requeue_ids(app: pgqueue.App, ids: list[int], batch_size: int, show_bar: bo
         fail(
             f"requeued {len(requeued)} of {len(wanted)} jobs; jobs {listed} were not requeued: "
             "they are archived, were requeued meanwhile, or a live job holds their dedup key "
-            "(see `pgqueue jobs explain ID`)"
+            f"(see `{command('jobs explain ID')}`)"
         )
     return requeued
 

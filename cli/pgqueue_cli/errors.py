@@ -9,6 +9,7 @@ import psycopg
 import typer
 from typer.core import TyperGroup
 
+from pgqueue.commands import invoked_as
 from pgqueue.errors import PgQueueError
 
 #: Exit code of every expected failure (usage errors keep Typer's 2).
@@ -32,8 +33,10 @@ class PgQueueGroup(TyperGroup):
     one-line errors, both for the console script and for ``CliRunner``."""
 
     def invoke(self, ctx: Any) -> Any:
+        # Hints name the program as invoked (`manage.py pgqueue dlq requeue 9`).
         try:
-            return super().invoke(ctx)
+            with invoked_as(ctx.info_name):
+                return super().invoke(ctx)
         except PgQueueError as exc:
             fail(str(exc))
         except psycopg.Error as exc:

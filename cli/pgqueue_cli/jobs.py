@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 import pgqueue
+from pgqueue.commands import command
 from pgqueue.errors import InvalidJobState, InvalidOption
 from pgqueue.ops import operator
 from pgqueue_cli import output, parsing
@@ -84,10 +85,10 @@ def list_jobs(
         page = queue_app.list_jobs(
             queue=queue, status=status, task=task, limit=limit, cursor=cursor, tags=tag or None
         )
-    print_page(page, as_json, LIST_COLUMNS, "pgqueue jobs list")
+    print_page(page, as_json, LIST_COLUMNS, command("jobs list"))
 
 
-def print_page(page: pgqueue.Page, as_json: bool, columns: tuple[str, ...], command: str) -> None:
+def print_page(page: pgqueue.Page, as_json: bool, columns: tuple[str, ...], again: str) -> None:
     """A page of jobs as JSON or as a table, with the next page's command as a hint."""
     if as_json:
         output.print_json(page)
@@ -96,7 +97,7 @@ def print_page(page: pgqueue.Page, as_json: bool, columns: tuple[str, ...], comm
     if not page.jobs:
         output.hint("no jobs match")
     if page.next_cursor:
-        output.hint(f"more: {command} ... --cursor {page.next_cursor}")
+        output.hint(f"more: {again} ... --cursor {page.next_cursor}")
 
 
 def job_row(job: pgqueue.Job, columns: tuple[str, ...]) -> list[object]:

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import typer
 
 import pgqueue
+from pgqueue.commands import command
 from pgqueue.errors import DuplicateSchedule
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
@@ -76,7 +77,7 @@ def add(
         if not replace and name in {s.name for s in schedule_app.list_schedules()}:
             raise DuplicateSchedule(
                 f"a schedule named {name!r} already exists: pass --replace to overwrite it, "
-                f"or remove it first (`pgqueue schedule remove {name}`)"
+                f"or remove it first (`{command('schedule remove ' + name)}`)"
             )
         schedule = schedule_app.add_schedule(
             name,
@@ -130,7 +131,7 @@ def list_(as_json: JsonOption = False) -> None:
     )
     output.stdout().print(output.table(None, columns, rows))
     if not schedules:
-        output.hint("no schedules: add one with `pgqueue schedule add`")
+        output.hint(f"no schedules: add one with `{command('schedule add')}`")
 
 
 @app.command()

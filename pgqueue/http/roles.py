@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgqueue.commands import program
 from pgqueue.errors import InvalidOption
 from pgqueue.grants import KINDS, Kind, role_name
 
@@ -42,9 +43,10 @@ async def resolve_roles(
             row = await (await conn.execute("SELECT current_user")).fetchone()
             log.warning(
                 "no database role for %s tokens: they run as the server's user %r; "
-                "grant one with `pgqueue grant --role NAME --%s` or pass --%s-role",
+                "grant one with `%s grant --role NAME --%s` or pass --%s-role",
                 kind,
                 row[0] if row else "?",
+                program(),
                 kind,
                 kind,
             )

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from pgqueue import validation
+from pgqueue.commands import command
 from pgqueue.durations import parse_duration
 from pgqueue.errors import (
     DuplicateJob,
@@ -56,11 +57,10 @@ def _replay_refused(refusal: str, schema: str) -> str:
     # The translated refusal ends in advice to grant the connected role its
     # kind again, which would not help here: keep only what the server said.
     said = refusal.split(": grant the role", 1)[0]
-    command = "pgqueue grant" if schema == "pgqueue" else f"pgqueue --schema {schema} grant"
     return (
         f"replay is an admin action ({said}): producers and workers may not copy jobs; "
         f'replay as the owner of schema "{schema}" or as a role given '
-        f"`{command} --role ROLE --admin`"
+        f"`{command('grant --role ROLE --admin', schema)}`"
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pgqueue.commands import command
 from pgqueue.errors import SchemaNotMigrated
 from pgqueue.explain import fmt_span
 from pgqueue.health_report import DeadWorker, HealthCheck, HealthReport, HealthSettings
@@ -177,7 +178,7 @@ def _clock_check(clock: ServerClock, limit: float) -> HealthCheck:
 
 
 def _schema_check(schema: str, revision: str | None) -> HealthCheck:
-    fix = "run `pgqueue " + ("" if schema == "pgqueue" else f"--schema {schema} ") + "migrate`"
+    fix = f"run `{command('migrate', schema)}`"
     if revision is None:
         return HealthCheck("schema", False, f'schema "{schema}" is not migrated: {fix}')
     if revision != SCHEMA_REVISION:
@@ -199,7 +200,7 @@ def _stuck_check(stuck: StuckJobs) -> HealthCheck:
         False,
         f"{count} running job{'s' if count != 1 else ''} with an expired lease "
         f"(oldest expired {fmt_span(stuck.oldest_expired_seconds or 0)} ago): {stuck.ids_text}; "
-        "no worker reaps them: start a worker or run `pgqueue reap`",
+        f"no worker reaps them: start a worker or run `{command('reap')}`",
     )
 
 

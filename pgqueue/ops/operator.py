@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgqueue import validation
+from pgqueue.commands import command
 from pgqueue.errors import InvalidJobState, InvalidName, InvalidOption, JobNotFound
 from pgqueue.models import JobStatus
 from pgqueue.ops import Execute, Op
@@ -109,8 +110,8 @@ def _delete_queue(queue: str) -> Op[None]:
     if not deleted:
         raise InvalidJobState(
             f"queue {queue!r} still holds {blocking} live or dead job"
-            f"{'s' if blocking != 1 else ''}: cancel them (`pgqueue queue purge {queue}`) and "
-            "wait for running ones to end, and requeue or archive dead ones first"
+            f"{'s' if blocking != 1 else ''}: cancel them (`{command('queue purge ' + queue)}`) "
+            "and wait for running ones to end, and requeue or archive dead ones first"
         )
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.conninfo import conninfo_to_dict
 
+from pgqueue.commands import command
 from pgqueue.connection import migrate_command
 from pgqueue.durations import parse_duration
 from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
@@ -432,7 +433,7 @@ def _tables(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
         )
         + ". If vacuum runs but cannot remove them, see the xmin_horizon, "
         "prepared_transactions and replication_slots checks",
-        "pgqueue maintenance (VACUUM ANALYZE of the queue tables), after ending whatever "
+        f"{command('maintenance')} (VACUUM ANALYZE of the queue tables), after ending whatever "
         "holds the xmin horizon",
         tables=bloated,
     )
@@ -474,7 +475,7 @@ def _expired_leases() -> Op[Finding]:
         f"(worst by {fmt_span(stuck.oldest_expired_seconds or 0)})",
         f"jobs {stuck.ids_text}: their worker died or "
         "froze and no worker's reaper has reclaimed them",
-        "start a worker (its reaper reclaims them) or run `pgqueue reap`",
+        f"start a worker (its reaper reclaims them) or run `{command('reap')}`",
         stuck=stuck.count,
         job_ids=stuck.job_ids,
     )
@@ -494,8 +495,8 @@ def _backlog(s: DoctorSettings) -> Op[Finding]:
         "; ".join(
             f"{queue}: oldest ready job waiting {fmt_span(age)}" for queue, age in backlog.items()
         ),
-        "add workers for these queues (`pgqueue worker --queue NAME`), raise --concurrency, "
-        "or check their limits (`pgqueue status`)",
+        f"add workers for these queues (`{command('worker --queue NAME')}`), raise "
+        f"--concurrency, or check their limits (`{command('status')}`)",
         queues=backlog,
     )
 
@@ -519,9 +520,9 @@ def _unknown_tasks(s: DoctorSettings) -> Op[Finding]:
         )
         + ". Workers without the task hand these jobs back; once the grace period (default "
         f"{fmt_span(s.unknown_task_grace)}) has passed they are dead-lettered as unknown_task",
-        "start a worker whose App registers the task (`pgqueue worker --app module:app`; "
-        "`pgqueue tasks --app module:app` lists them), fix a misspelt task name in the "
-        f"producer, or cancel the jobs: `pgqueue jobs cancel --task {unknown[0].task}`",
+        f"start a worker whose App registers the task (`{command('worker --app module:app')}`; "
+        f"`{command('tasks --app module:app')}` lists them), fix a misspelt task name in the "
+        f"producer, or cancel the jobs: `{command(f'jobs cancel --task {unknown[0].task}')}`",
         tasks=[
             {"task": u.task, "jobs": u.jobs, "oldest_age_seconds": u.oldest_age_seconds}
             for u in unknown
@@ -554,7 +555,7 @@ def _archive(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
         "archive in the hot table",
         f"oldest finished {fmt_span(row['oldest_seconds'] or 0)} ago; a big hot table slows "
         "every lease and vacuum",
-        f"pgqueue archive --older-than {_duration(s.archive_after)} (from cron, e.g. hourly)",
+        f"{command(f'archive --older-than {_duration(s.archive_after)}')} (from cron, e.g. hourly)",
         waiting=waiting,
     )
 

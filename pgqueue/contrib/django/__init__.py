@@ -2,10 +2,15 @@
 
 Add ``"pgqueue.contrib.django"`` to ``INSTALLED_APPS``. Then:
 
+- ``manage.py migrate`` applies pgqueue's schema (the ``pgqueue`` app's
+  migrations, see :mod:`pgqueue.contrib.django.schema`), in Django's test
+  database too.
 - ``manage.py pgqueue <command> ...`` runs any ``pgqueue`` command (``migrate``,
   ``worker``, ``status``, ``jobs``, ``dashboard`` ...) against the database of
   Django's ``DATABASES`` (the ``PGQUEUE_DATABASE`` alias, default ``"default"``);
   ``worker`` serves the project's App unless ``--app`` is given.
+- The Apps on a Django database follow it wherever Django points it, its
+  test databases included (see :mod:`pgqueue.contrib.django._databases`).
 - Each installed app's ``tasks.py`` is imported at start-up, so tasks declared
   there with ``@app.task`` are registered wherever Django runs.
 - ``pgqueue.contrib.django.app`` is the project's App: the one named by the
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 
     app: App  # resolved on first access by __getattr__ below
 
-__all__ = ["app", "app_path", "database_dsn", "forget_app", "get_app"]
+__all__ = ["app", "app_path", "database_alias", "database_dsn", "forget_app", "get_app"]
 
 _lock = threading.Lock()
 _app: App | None = None
@@ -50,26 +55,27 @@ DEFAULT_APP_PATH = "pgqueue.contrib.django:app"
 def database_dsn(alias: str | None = None) -> str:
     """A libpq DSN for the Django database ``alias`` (default: the
     ``PGQUEUE_DATABASE`` setting, else ``"default"``), with the same
-    connection parameters Django itself passes to psycopg."""
-    import psycopg
-    from django.conf import settings
+    connection parameters Django itself passes to psycopg (under Django's
+    test runner: its test database)."""
     from django.db import connections
 
+    from pgqueue.contrib.django._databases import connection_dsn
     from pgqueue.errors import InvalidOption
 
-    alias = alias or getattr(settings, "PGQUEUE_DATABASE", "default")
+    alias = alias or database_alias()
     wrapper = connections[alias]
     if wrapper.vendor != "postgresql":
         raise InvalidOption(
             f"DATABASES[{alias!r}] uses {wrapper.vendor!r}: pgqueue needs PostgreSQL"
         )
-    keywords = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
-    params = {
-        key: value
-        for key, value in wrapper.get_connection_params().items()
-        if key in keywords and isinstance(value, str | int) and value != ""
-    }
-    return psycopg.conninfo.make_conninfo("", **params)
+    return connection_dsn(wrapper)
+
+
+def database_alias() -> str:
+    """The Django database of the project's App: ``PGQUEUE_DATABASE``, else ``"default"``."""
+    from django.conf import settings
+
+    return str(getattr(settings, "PGQUEUE_DATABASE", None) or "default")
 
 
 def app_path() -> str:
@@ -93,25 +99,42 @@ def forget_app() -> App | None:
     """Drop the cached project App (built again on next use, e.g. after
     ``override_settings``); returns it, None when there was none."""
     global _app
+    from pgqueue.contrib.django import _databases
+
     with _lock:
         app, _app = _app, None
+    if app is not None:
+        _databases.forget(app)
     return app
 
 
 def _load() -> App:
+    """The project's App, following its Django database (see ``_databases``)
+    when it is on one: always when pgqueue builds it, and a ``PGQUEUE_APP``
+    when its DSN names the same database."""
     from django.conf import settings
 
     from pgqueue.app import App
+    from pgqueue.contrib.django import _databases
     from pgqueue.errors import InvalidOption
 
     path = getattr(settings, "PGQUEUE_APP", None)
     if not path:
         schema = getattr(settings, "PGQUEUE_SCHEMA", None) or _tasks_schema() or "pgqueue"
-        return App(dsn=database_dsn(), schema=schema)
+        django_dsn = database_dsn()
+        app = App(dsn=django_dsn, schema=schema)
+        _databases.follow(app, database_alias(), django_dsn)
+        return app
     module_name, _, attribute = str(path).partition(":")
     obj = getattr(importlib.import_module(module_name), attribute or "app", None)
     if not isinstance(obj, App):
         raise InvalidOption(f"PGQUEUE_APP {path!r} does not name a pgqueue.App")
+    try:
+        django_dsn = database_dsn()
+    except InvalidOption:  # Django's own database is not PostgreSQL: nothing to follow
+        return obj
+    if _databases.same_database(obj.dsn, django_dsn):
+        _databases.follow(obj, database_alias(), django_dsn)
     return obj
 
 

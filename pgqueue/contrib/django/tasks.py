@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pgqueue.app import App
     from pgqueue.models import Job
 
-__all__ = ["PgQueueBackend", "prepare_backends"]
+__all__ = ["PgQueueBackend", "pgqueue_backends", "prepare_backends"]
 
 _OPTIONS = frozenset({"schema", "database", "max_attempts"})
 
@@ -96,23 +96,36 @@ class PgQueueBackend(fw.BaseTaskBackend):  # type: ignore[misc]
 
     def _build_app(self) -> App:
         from pgqueue.app import App
-        from pgqueue.contrib.django import database_dsn, get_app
+        from pgqueue.contrib.django import _databases, database_dsn, get_app
 
         project = get_app()
         if self.schema in (None, project.schema) and self.database is None:
             return project
+        dsn = database_dsn(self.database)
         for other in _apps.values():  # one App (one pool) per database and schema
-            if other.schema == (self.schema or project.schema) and other.dsn == database_dsn(
-                self.database
-            ):
+            if other.schema == (self.schema or project.schema) and other.dsn == dsn:
                 return other
-        return App(dsn=database_dsn(self.database), schema=self.schema or project.schema)
+        app = App(dsn=dsn, schema=self.schema or project.schema)
+        _databases.follow(app, self.database_alias, dsn)
+        return app
+
+    @property
+    def database_alias(self) -> str:
+        """The Django database whose transactions this backend's enqueues join."""
+        from pgqueue.contrib.django import database_alias
+
+        return self.database or database_alias()
 
     def _connection(self) -> Any:
-        from django.conf import settings
         from django.db import connections
 
-        return connections[self.database or getattr(settings, "PGQUEUE_DATABASE", "default")]
+        return connections[self.database_alias]
+
+    def __str__(self) -> str:
+        return f"TASKS[{self.alias!r}]"
+
+    def __repr__(self) -> str:
+        return f"<PgQueueBackend {self.alias!r}>"
 
     # --- the framework's API ---------------------------------------------------------
 
@@ -193,25 +206,44 @@ class PgQueueBackend(fw.BaseTaskBackend):  # type: ignore[misc]
         return _results.from_job(job, task, job.payload.get("backend") or self.alias)
 
     def check(self, **kwargs: Any) -> Iterable[Any]:
-        """The framework's checks, then: is the pgqueue schema migrated?"""
+        """The framework's checks, then: is the pgqueue schema migrated? A
+        warning, not an error: ``manage.py migrate`` (which applies it) and
+        every other command must still run."""
         from django.core import checks
 
         yield from super().check(**kwargs)
         report = self.app.check()
         for failed in report.failures:
             if failed.name == "schema":
-                yield checks.Error(
-                    f"TASKS[{self.alias!r}]: {failed.message}",
-                    hint="run `manage.py pgqueue migrate`",
+                yield checks.Warning(
+                    failed.message.partition(": run `")[0],
+                    hint=f"run `{self._migrate_command()}`",
                     obj=self,
-                    id="pgqueue.E001",
+                    id="pgqueue.W002",
                 )
             elif failed.name == "connection":
                 yield checks.Warning(
-                    f"TASKS[{self.alias!r}]: cannot check the pgqueue schema: {failed.message}",
+                    f"cannot check the pgqueue schema: {failed.message}",
                     obj=self,
                     id="pgqueue.W001",
                 )
+
+    def _migrate_command(self) -> str:
+        """``manage.py migrate`` while its pgqueue migrations are pending on
+        this backend's database, else ``manage.py pgqueue migrate`` (the
+        schema was changed outside Django's migrations)."""
+        from django.db.migrations.recorder import MigrationRecorder
+
+        from pgqueue.contrib.django.schema import migration_names
+
+        database = self.database_alias
+        try:
+            applied = MigrationRecorder(self._connection()).applied_migrations()
+        except Exception:  # cannot read django_migrations: migrate is still the first step
+            applied = {}
+        pending = any(("pgqueue", name) not in applied for name in migration_names())
+        option = "" if database == "default" else f" --database {database}"
+        return f"manage.py migrate{option}" if pending else "manage.py pgqueue migrate"
 
 
 def _job_id(result_id: object) -> int:
@@ -224,13 +256,12 @@ def _job_id(result_id: object) -> int:
     return job_id
 
 
-def prepare_backends() -> None:
-    """Build the App of every configured PgQueueBackend now (called when
-    Django is ready), so a worker started next knows their tasks and finds
-    others by name; and register the framework's system checks."""
+def pgqueue_backends() -> list[PgQueueBackend]:
+    """Every PgQueueBackend of ``TASKS``."""
     from django.conf import settings
     from django.utils.module_loading import import_string
 
+    found = []
     for alias, params in (getattr(settings, "TASKS", None) or {}).items():
         try:
             backend_class = import_string(params.get("BACKEND", ""))
@@ -238,7 +269,16 @@ def prepare_backends() -> None:
             continue
         if isinstance(backend_class, type) and issubclass(backend_class, PgQueueBackend):
             fw.import_checks()
-            fw.task_backends[alias].app  # noqa: B018 (builds and installs it)
+            found.append(fw.task_backends[alias])
+    return found
+
+
+def prepare_backends() -> None:
+    """Build the App of every configured PgQueueBackend now (called when
+    Django is ready), so a worker started next knows their tasks and finds
+    others by name; and register the framework's system checks."""
+    for backend in pgqueue_backends():
+        backend.app  # noqa: B018 (builds and installs it)
 
 
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:
@@ -247,6 +287,7 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if setting not in _SETTINGS:
         return
     import pgqueue.contrib.django as contrib
+    from pgqueue.contrib.django import _databases
 
     with _lock:
         apps = {id(app): app for app in _apps.values()}
@@ -255,6 +296,7 @@ def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     if project is not None:
         apps[id(project)] = project
     for app in apps.values():
+        _databases.forget(app)
         app.close()  # its pools; they would reopen if someone still used it
 
 

@@ -9,7 +9,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="Order",
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
                 ("item", models.CharField(max_length=100)),
                 ("job_id", models.BigIntegerField(null=True)),
                 ("shipped", models.BooleanField(default=False)),

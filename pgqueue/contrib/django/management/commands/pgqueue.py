@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -19,11 +20,16 @@ class Command(BaseCommand):
     )
     # The CLI checks what it needs; Django's system checks would only slow a worker start.
     requires_system_checks: list[str] = []
+    #: How this command was invoked, as Django's own usage line names it; the
+    #: CLI's hints name it so (`manage.py pgqueue dlq requeue 9`).
+    prog_name = "manage.py pgqueue"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("args", nargs=argparse.REMAINDER, help="pgqueue command and options")
 
     def run_from_argv(self, argv: list[str]) -> None:
+        program = os.path.basename(argv[0])  # as Django's ManagementUtility names it
+        self.prog_name = f"{'python -m django' if program == '__main__.py' else program} {argv[1]}"
         # `manage.py pgqueue --help` is pgqueue's help, not Django's.
         if len(argv) > 2 and argv[2] in ("-h", "--help"):
             argv = [*argv[:2], "--", *argv[2:]]
@@ -43,7 +49,7 @@ class Command(BaseCommand):
         ):
             argv += ["--app", app_path()]
         try:
-            cli(args=argv, prog_name="manage.py pgqueue")
+            cli(args=argv, prog_name=self.prog_name)
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
