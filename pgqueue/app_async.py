@@ -29,6 +29,7 @@ from pgqueue.models import (
     Page,
     QueueMetrics,
     Replayed,
+    Retention,
     Schedule,
     TableVacuum,
     TaskInfo,
@@ -44,6 +45,7 @@ from pgqueue.ops import (
     maintenance,
     operator,
     partitions,
+    retention,
     schedules,
     workflows,
 )
@@ -451,11 +453,34 @@ class AsyncAppOperations(AppBase):
         batch_size: int = 1000,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, int]:
-        """Delete attempt history and archived jobs finished before the cutoff;
-        returns ``{"attempts": n, "archived_jobs": m}``."""
+        """Delete finished jobs, attempt history and archived jobs finished
+        before the cutoff, now (workers do it by the stored retention);
+        returns ``{"jobs": j, "attempts": n, "archived_jobs": m}``. Finished
+        jobs go by whole time ranges (their leaves), like retention's."""
         return await self.database.run_async(
             maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )
+
+    async def set_retention_async(
+        self,
+        succeeded: Age | None = None,
+        cancelled: Age | None = None,
+        dead: Age | None = None,
+    ) -> Retention:
+        """How long finished jobs are kept before they are deleted with their
+        attempts (durations like ``"1d"``, seconds or timedeltas; None keeps
+        the current value; ``"0s"``: deleted when they end). Stored in the
+        database; the workers apply it (to jobs already finished too) at their
+        next maintenance pass. Defaults: succeeded 1 day, cancelled 7 days,
+        dead 30 days::
+
+            app.set_retention(succeeded="6h", dead="90d")
+        """
+        return await self.database.run_async(retention.set_(succeeded, cancelled, dead))
+
+    async def get_retention_async(self) -> Retention:
+        """How long finished jobs are kept, by status (see :meth:`set_retention`)."""
+        return await self.database.run_async(retention.get())
 
     async def archive_count_async(
         self, older_than: Age, statuses: Sequence[str] = ("succeeded",)

@@ -31,6 +31,7 @@ from pgqueue.models import (
     Page,
     QueueMetrics,
     Replayed,
+    Retention,
     Schedule,
     TableVacuum,
     TaskInfo,
@@ -46,6 +47,7 @@ from pgqueue.ops import (
     maintenance,
     operator,
     partitions,
+    retention,
     schedules,
     workflows,
 )
@@ -445,11 +447,34 @@ class AppOperations(AppBase):
         batch_size: int = 1000,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, int]:
-        """Delete attempt history and archived jobs finished before the cutoff;
-        returns ``{"attempts": n, "archived_jobs": m}``."""
+        """Delete finished jobs, attempt history and archived jobs finished
+        before the cutoff, now (workers do it by the stored retention);
+        returns ``{"jobs": j, "attempts": n, "archived_jobs": m}``. Finished
+        jobs go by whole time ranges (their leaves), like retention's."""
         return self.database.run(
             maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )
+
+    def set_retention(
+        self,
+        succeeded: Age | None = None,
+        cancelled: Age | None = None,
+        dead: Age | None = None,
+    ) -> Retention:
+        """How long finished jobs are kept before they are deleted with their
+        attempts (durations like ``"1d"``, seconds or timedeltas; None keeps
+        the current value; ``"0s"``: deleted when they end). Stored in the
+        database; the workers apply it (to jobs already finished too) at their
+        next maintenance pass. Defaults: succeeded 1 day, cancelled 7 days,
+        dead 30 days::
+
+            app.set_retention(succeeded="6h", dead="90d")
+        """
+        return self.database.run(retention.set_(succeeded, cancelled, dead))
+
+    def get_retention(self) -> Retention:
+        """How long finished jobs are kept, by status (see :meth:`set_retention`)."""
+        return self.database.run(retention.get())
 
     def archive_count(self, older_than: Age, statuses: Sequence[str] = ("succeeded",)) -> int:
         """How many jobs :meth:`archive` with these arguments would move now."""

@@ -108,6 +108,10 @@ _WORKER_FUNCTIONS = (
     # bookkeeping of silent workers.
     "register_worker", "heartbeat_worker", "deregister_worker", "mark_lost_workers",
     "prune_lost_workers",
+    # The fleet's maintenance: the election, and retention's steps (DDL on the
+    # finished partitions' leaves, run as the schema's owner).
+    "maintenance_claim", "maintenance_done", "maintenance_release",
+    "retention_plan", "retention_create_leaf", "retention_drop_leaf", "retention_purge",
     # The SQL worker API.
     "lease", "ack", "ack_many", "fail", "nack", "extend",
 )  # fmt: skip

@@ -222,6 +222,33 @@ class Schedule:
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished jobs are kept, by status, before they are deleted
+    with their attempts (:meth:`pgqueue.App.set_retention`); ``timedelta(0)``:
+    deleted when they end. Workers apply it (their maintenance pass)."""
+
+    succeeded: timedelta
+    cancelled: timedelta
+    dead: timedelta
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPass:
+    """What one maintenance pass did (``pgqueue prune``, the workers'
+    maintenance): finished ``jobs`` deleted (whole time-range leaves, counted
+    or estimated, plus rows of default leaves), ``archived_jobs`` deleted
+    from the archive, ``leaves_created`` and ``leaves_dropped``, and the
+    ``skipped`` steps that met a lock (tried again next pass)."""
+
+    jobs: int = 0
+    archived_jobs: int = 0
+    leaves_created: int = 0
+    leaves_dropped: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TableVacuum:
     """One pgqueue table after :meth:`pgqueue.App.vacuum`: its live tuples,
     its dead tuples before and after the VACUUM, and its size with indexes."""

@@ -206,6 +206,14 @@ def worker(
     scheduler: Annotated[
         bool, typer.Option("--scheduler/--no-scheduler", help="Run the cron scheduler.")
     ] = True,
+    maintenance: Annotated[
+        bool,
+        typer.Option(
+            "--maintenance/--no-maintenance",
+            help="Take part in the fleet's maintenance (one worker at a time applies "
+            "`pgqueue retention`: finished jobs leave by themselves).",
+        ),
+    ] = True,
     listen: Annotated[
         bool,
         typer.Option(
@@ -281,6 +289,7 @@ def worker(
         poll_interval=poll.total_seconds(),
         shutdown_timeout=shutdown.total_seconds(),
         scheduler=scheduler,
+        maintenance=maintenance,
         listen=listen,
         reap_interval=reap.total_seconds(),
         log_level=log_level,
@@ -301,6 +310,7 @@ app.add_typer(queue.app)
 app.command()(maintenance.reap)
 app.command()(maintenance.archive)
 app.command()(maintenance.prune)
+app.command()(maintenance.retention)
 app.command()(maintenance.maintenance)
 app.command()(check.check)
 app.add_typer(schedule.app)

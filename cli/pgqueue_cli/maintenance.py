@@ -103,10 +103,14 @@ def prune(
     quiet: QuietOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete attempt history and archived jobs that finished before a cutoff.
+    """Delete finished jobs, attempt history and archived jobs older than a cutoff.
 
-    Attempts of live jobs are kept. Runs in short batches like archive. With
-    --json: {"pruned": total, "attempts": n, "archived_jobs": m}.
+    The workers do this by themselves, by `pgqueue retention` (their
+    maintenance); prune runs the same pass now with its own cutoff: it drops
+    the time ranges of finished jobs wholly past the cutoff (one statement
+    each, whatever they hold), then deletes attempt records and archived jobs
+    in short batches like archive. Attempts of live jobs are kept. With
+    --json: {"pruned": total, "jobs": j, "attempts": n, "archived_jobs": m}.
 
     Examples:
 
@@ -122,13 +126,13 @@ def prune(
             total = min(total, limit)
         with output.progress("pruning", total, show_bar) as advance:
             deleted = app.prune(cutoff, limit, batch_size, advance)
-    pruned = deleted["attempts"] + deleted["archived_jobs"]
+    pruned = deleted["jobs"] + deleted["attempts"] + deleted["archived_jobs"]
     if as_json:
         output.print_json({"pruned": pruned, **deleted})
     elif not quiet:
         output.info(
-            f"pruned {deleted['attempts']} attempt records and "
-            f"{deleted['archived_jobs']} archived jobs finished over {older_than} ago"
+            f"pruned {deleted['jobs']} finished jobs, {deleted['attempts']} attempt records "
+            f"and {deleted['archived_jobs']} archived jobs finished over {older_than} ago"
         )
 
 
@@ -164,3 +168,65 @@ def maintenance(as_json: JsonOption = False, quiet: QuietOption = False) -> None
                 ],
             )
         )
+
+
+def retention(
+    succeeded: Annotated[
+        str | None,
+        typer.Option(
+            "--succeeded", metavar="DURATION", help="Keep succeeded jobs this long (default 1d)."
+        ),
+    ] = None,
+    cancelled: Annotated[
+        str | None,
+        typer.Option(
+            "--cancelled", metavar="DURATION", help="Keep cancelled jobs this long (default 7d)."
+        ),
+    ] = None,
+    dead: Annotated[
+        str | None,
+        typer.Option("--dead", metavar="DURATION", help="Keep dead jobs this long (default 30d)."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show or set how long finished jobs are kept before they are deleted.
+
+    Workers apply it by themselves (one at a time; `pgqueue worker
+    --no-maintenance` opts a worker out): finished jobs past their retention
+    are deleted with their attempts, a whole time range at once. 0s deletes
+    a job when it ends. Without options: show. With --json:
+    {"succeeded": seconds, "cancelled": seconds, "dead": seconds}.
+
+    Examples:
+
+      pgqueue retention
+
+      pgqueue retention --succeeded 6h --dead 90d
+    """
+    given = {
+        "succeeded": succeeded,
+        "cancelled": cancelled,
+        "dead": dead,
+    }
+    parsed = {
+        name: parsing.duration(f"--{name}", value)
+        for name, value in given.items()
+        if value is not None
+    }
+    with open_app() as app:
+        kept = app.set_retention(**parsed) if parsed else app.get_retention()
+    rows = {
+        "succeeded": kept.succeeded,
+        "cancelled": kept.cancelled,
+        "dead": kept.dead,
+    }
+    if as_json:
+        output.print_json({name: value.total_seconds() for name, value in rows.items()})
+        return
+    output.stdout().print(
+        output.table(
+            "finished jobs are kept for",
+            ["status", "kept"],
+            [[name, output.fmt_age(value.total_seconds())] for name, value in rows.items()],
+        )
+    )

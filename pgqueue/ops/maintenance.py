@@ -15,7 +15,7 @@ from pgqueue import validation
 from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidOption
 from pgqueue.models import TableVacuum
-from pgqueue.ops import Execute, Op, OpContext, partitions
+from pgqueue.ops import Execute, Op, OpContext, partitions, retention
 
 Progress = Callable[[int], None]
 FINISHED = ("succeeded", "dead", "cancelled")
@@ -104,11 +104,29 @@ def prune(
     batch_size: int = 1000,
     progress: Progress | None = None,
 ) -> Op[dict[str, int]]:
-    """Delete attempt records (of jobs no longer live) and archived jobs
-    finished before the cutoff; returns {"attempts": n, "archived_jobs": m}."""
+    """Delete finished jobs, attempt records (of jobs no longer live) and
+    archived jobs finished before the cutoff; returns {"jobs": j,
+    "attempts": n, "archived_jobs": m}. Finished jobs go as the workers'
+    retention removes them (:func:`pgqueue.ops.retention.run_pass`): whole
+    time-range leaves past the cutoff, one statement each (``limit`` does not
+    split a leaf), and the rows of the default leaves one by one."""
     params = age(ctx, older_than)
     size = validation.positive_int("batch_size", batch_size, 100_000)
-    return _prune(params, _bounded(limit), size, progress)
+    return _prune_all(ctx, params, _bounded(limit), size, progress)
+
+
+def _prune_all(
+    ctx: OpContext,
+    params: dict[str, Any],
+    limit: int | None,
+    size: int,
+    progress: Progress | None,
+) -> Op[dict[str, int]]:
+    done = yield from retention.run_pass(
+        ctx, params["older_than"], count=True, archive=False, progress=progress
+    )
+    rest = yield from _prune(params, limit, size, progress)
+    return {"jobs": done.jobs, **rest}
 
 
 def prune_count(ctx: OpContext, older_than: str | float | timedelta) -> Op[int]:
@@ -174,6 +192,8 @@ VACUUM_TABLES = (
     "workflows",
     "job_waits",
     "job_dependencies",
+    "retention",
+    "maintenance",
 )
 
 

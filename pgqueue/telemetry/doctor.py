@@ -148,7 +148,7 @@ def diagnose(
         findings.append((yield from _expired_leases()))
         findings.append((yield from _backlog(settings)))
         findings.append((yield from _unknown_tasks(settings)))
-        findings.append((yield from _archive(ctx, settings)))
+        findings.extend((yield from _archive(ctx, settings)))
     except SchemaNotMigrated as exc:
         findings.append(
             _finding(
@@ -530,34 +530,71 @@ def _unknown_tasks(s: DoctorSettings) -> Op[Finding]:
     )
 
 
-def _archive(ctx: OpContext, s: DoctorSettings) -> Op[Finding]:
+def _archive(ctx: OpContext, s: DoctorSettings) -> Op[list[Finding]]:
+    """Finished jobs past their retention still stored ("archive", named for
+    the cron job it replaces), and whether the workers' maintenance runs."""
     cap = max(s.archive_backlog, 1) * 10
-    row = yield Execute(
-        "doctor_archive_backlog",
-        {"seconds": s.archive_after, "cap": cap},
-        fetch="one",
-        rows="dict",
-    )
+    row = yield Execute("doctor_archive_backlog", {"cap": cap}, fetch="one", rows="dict")
     waiting = row["waiting"]
-    after = fmt_span(s.archive_after)
     if waiting < s.archive_backlog:
-        return _finding(
+        backlog = _finding(
             "archive",
             "ok",
-            f"{waiting} finished job{'s' if waiting != 1 else ''} older than {after} in the "
-            "hot table",
+            f"{waiting} finished job{'s' if waiting != 1 else ''} past their retention",
             waiting=waiting,
         )
+    else:
+        backlog = _finding(
+            "archive",
+            "warn",
+            f"{waiting}{'+' if waiting >= cap else ''} finished jobs are past their retention "
+            "and still stored",
+            f"the oldest finished {fmt_span(row['oldest_seconds'] or 0)} ago; workers delete "
+            "them (one at a time runs maintenance) unless they run with --no-maintenance",
+            f"run a worker with maintenance, or `{_prune_command(row)}`",
+            waiting=waiting,
+        )
+    return [backlog, _maintenance(row, s)]
+
+
+def _maintenance(row: dict[str, Any], s: DoctorSettings) -> Finding:
+    age = row["last_run_age_seconds"]
+    late = max(s.worker_timeout * 5, 300.0)
+    if age is not None and age <= late:
+        detail = f"last pass by {row['last_run_by']}"
+        if row["last_error"]:
+            return _finding(
+                "maintenance",
+                "warn",
+                f"the last maintenance pass {fmt_span(age)} ago failed",
+                f"{detail}: {row['last_error']}",
+                "see the worker's log; the next pass tries again",
+                last_run_age_seconds=age,
+            )
+        return _finding(
+            "maintenance",
+            "ok",
+            f"workers apply retention (last pass {fmt_span(age)} ago)",
+            detail,
+            last_run_age_seconds=age,
+        )
+    if age is None and not row["any_finished"]:
+        return _finding("maintenance", "ok", "no finished job yet: nothing to maintain")
+    when = "ever" if age is None else f"for {fmt_span(age)}"
     return _finding(
-        "archive",
+        "maintenance",
         "warn",
-        f"{waiting}{'+' if waiting >= cap else ''} finished jobs older than {after} wait for "
-        "archive in the hot table",
-        f"oldest finished {fmt_span(row['oldest_seconds'] or 0)} ago; a big hot table slows "
-        "every lease and vacuum",
-        f"{command(f'archive --older-than {_duration(s.archive_after)}')} (from cron, e.g. hourly)",
-        waiting=waiting,
+        f"no worker has applied retention {when}",
+        "finished jobs stay until a worker with maintenance runs (pgqueue worker, without "
+        "--no-maintenance) or an operator prunes them",
+        f"start a worker, or run `{_prune_command(row)}` from cron",
+        last_run_age_seconds=age,
     )
+
+
+def _prune_command(row: dict[str, Any]) -> str:
+    """`pgqueue prune` with the succeeded jobs' retention as its cutoff."""
+    return command(f"prune --older-than {_duration(max(row['succeeded_seconds'], 1.0))}")
 
 
 def _duration(seconds: float) -> str:

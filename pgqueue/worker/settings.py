@@ -34,6 +34,8 @@ class WorkerSettings:
       before they are handed back.
     - ``listen``: wake on LISTEN/NOTIFY (False behind a transaction-mode PgBouncer).
     - ``scheduler``: run the cron scheduler in this worker.
+    - ``maintenance``: take part in the fleet's maintenance (retention: one
+      worker at a time deletes finished jobs past their retention).
     - ``reap_interval``: seconds between reaper runs.
     - ``heartbeat_interval``: seconds between heartbeat ticks.
     - ``unknown_task_grace``: seconds after enqueue during which jobs of a
@@ -60,6 +62,7 @@ class WorkerSettings:
     shutdown_timeout: float = 30.0
     listen: bool = True
     scheduler: bool = True
+    maintenance: bool = True
     reap_interval: float = 5.0
     heartbeat_interval: float = 1.0
     worker_id: str = field(default_factory=default_worker_id)
@@ -83,6 +86,7 @@ class WorkerSettings:
         shutdown_timeout: float = 30.0,
         listen: bool = True,
         scheduler: bool = True,
+        maintenance: bool = True,
         reap_interval: float = 5.0,
         heartbeat_interval: float = 1.0,
         worker_id: str | None = None,
@@ -122,6 +126,7 @@ class WorkerSettings:
             shutdown_timeout=validation.seconds("shutdown_timeout", shutdown_timeout),
             listen=bool(listen),
             scheduler=bool(scheduler),
+            maintenance=bool(maintenance),
             reap_interval=validation.seconds("reap_interval", reap_interval, allow_zero=False),
             heartbeat_interval=validation.seconds(
                 "heartbeat_interval", heartbeat_interval, allow_zero=False

@@ -27,6 +27,7 @@ from pgqueue.events import wake_queue
 from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
+from pgqueue.worker.maintenance import maintain_periodically
 from pgqueue.worker.parts import JobParts, WorkerApp
 from pgqueue.worker.producer import Producer
 from pgqueue.worker.reaper import reap_periodically
@@ -139,6 +140,14 @@ class Worker:
                         self.stopping,
                         self.schedules_changed if settings.listen else None,
                     ),
+                )
+            )
+        if settings.maintenance:
+            background.append(
+                self._supervise(
+                    "maintenance",
+                    # Hands its turn on as soon as the graceful shutdown begins.
+                    lambda: maintain_periodically(database, ctx, settings.worker_id, self.stopping),
                 )
             )
         if settings.listen:

@@ -14,25 +14,27 @@ SELECT job_id, created FROM {schema}.replay_job(%(job_id)s, %(queue)s::text, %(r
 -- NULL, at most %(limit)s per call. A dead job whose dedup key is live again
 -- (or repeated among the selected) is skipped. Returns the requeued ids.
 WITH candidates AS MATERIALIZED (
-    SELECT j.id FROM {schema}.jobs j
-    WHERE j.stage = 'dead'
-      AND (%(job_ids)s::bigint[] IS NULL OR j.id = ANY (%(job_ids)s::bigint[]))
+    SELECT j.id FROM {schema}.jobs_dead j
+    WHERE (%(job_ids)s::bigint[] IS NULL OR j.id = ANY (%(job_ids)s::bigint[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-      AND (j.dedup_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {schema}.jobs o
-            WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
-              AND (o.stage IN ('queued', 'scheduled')
-                   OR (o.stage = 'dead' AND o.id < j.id
-                       AND (%(job_ids)s::bigint[] IS NULL OR o.id = ANY (%(job_ids)s::bigint[]))))))
+      AND (j.dedup_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM {schema}.jobs_live o
+                        WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
+                          AND o.stage IN ('queued', 'scheduled'))
+            AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_dead o
+                            WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key AND o.id < j.id
+                              AND (%(job_ids)s::bigint[] IS NULL
+                                   OR o.id = ANY (%(job_ids)s::bigint[])))))
     ORDER BY j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), requeued AS (
+    -- The row moves back to jobs_live.
     UPDATE {schema}.jobs j
     SET status = 'queued', run_at = now(), finished_at = NULL, cancel_requested = false,
         max_attempts = greatest(j.max_attempts, j.attempts + 1)
-    WHERE j.id = ANY (ARRAY(SELECT id FROM candidates))
+    WHERE j.status = 'dead' AND j.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING j.id, j.queue, j.priority, j.run_at
 ), notified AS (
     SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n

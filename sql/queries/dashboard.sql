@@ -18,10 +18,10 @@ WITH minutes AS (
                          date_trunc('minute', now()), interval '1 minute') AS m(start)
 ), hour AS (
     SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                                  WHERE j.stage = 'succeeded' AND j.finished_at >= h.start
+                                  WHERE j.status = 'succeeded' AND j.finished_at >= h.start
                                   ORDER BY j.finished_at LIMIT %(hour_cap)s) x)::bigint AS succeeded,
            (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                                  WHERE j.stage = 'dead' AND j.finished_at >= h.start
+                                  WHERE j.status = 'dead' AND j.finished_at >= h.start
                                   ORDER BY j.finished_at LIMIT %(hour_cap)s) x)::bigint AS dead
     FROM (SELECT date_trunc('minute', now()) - interval '59 minutes' AS start) h
 )
@@ -35,13 +35,13 @@ CROSS JOIN hour
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
     FROM (SELECT j.finished_at FROM {schema}.jobs j
-          WHERE j.stage = 'succeeded' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          WHERE j.status = 'succeeded' AND j.finished_at >= m.start AND j.finished_at < m.stop
           ORDER BY j.finished_at LIMIT %(per_minute)s) x
 ) ok
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS n, max(x.finished_at) AS last_at
     FROM (SELECT j.finished_at FROM {schema}.jobs j
-          WHERE j.stage = 'dead' AND j.finished_at >= m.start AND j.finished_at < m.stop
+          WHERE j.status = 'dead' AND j.finished_at >= m.start AND j.finished_at < m.stop
           ORDER BY j.finished_at LIMIT %(per_minute)s) x
 ) dead
 ORDER BY m.start;
@@ -106,7 +106,7 @@ WITH recent AS (
            substr(coalesce(j.last_error, ''), length(split_part(coalesce(j.last_error, ''), ': ', 1)) + 3)
                AS message
     FROM {schema}.jobs j
-    WHERE j.stage = 'dead'
+    WHERE j.status = 'dead'
     ORDER BY j.finished_at DESC
     LIMIT %(cap)s
 ), marked AS (
@@ -139,7 +139,7 @@ SELECT j.id, j.finished_at,
            '0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}(-[0-9a-fA-F]{4,})*', 'H', 'g'),
            '[0-9]+', 'N', 'g')), 12) AS fingerprint
 FROM {schema}.jobs j
-WHERE j.stage = 'dead' AND j.task = %(task)s::text
+WHERE j.status = 'dead' AND j.task = %(task)s::text
   AND (%(after_finished)s::timestamptz IS NULL
        OR j.finished_at <= %(after_finished)s::timestamptz)
   AND (%(after_finished)s::timestamptz IS NULL
@@ -151,10 +151,10 @@ LIMIT %(limit)s;
 -- A cheap fingerprint of what changed: the newest job id and the newest
 -- finish of each outcome (one index probe each), for the live updates.
 SELECT (SELECT max(id) FROM {schema}.jobs) AS newest_id,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'succeeded') AS succeeded,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'dead') AS dead,
-       (SELECT max(finished_at) FROM {schema}.jobs WHERE stage = 'cancelled') AS cancelled,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs WHERE stage = 'queued' AND status = 'running'
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'succeeded') AS succeeded,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'dead') AS dead,
+       (SELECT max(finished_at) FROM {schema}.jobs WHERE status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live WHERE stage = 'queued' AND status = 'running'
                               LIMIT 10001) r) AS running,
        (SELECT max(updated_at) FROM {schema}.queues) AS queues,
        (SELECT max(last_heartbeat_at) FROM {schema}.workers) AS workers;
@@ -170,7 +170,7 @@ SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result
 FROM {schema}.jobs j
-WHERE j.stage = %(status)s::{schema}.job_status  -- a finished status: stage = status
+WHERE j.status = %(status)s::{schema}.job_status  -- a finished status
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(before_finished)s::timestamptz IS NULL

@@ -73,10 +73,27 @@ SELECT pg_backend_pid() AS pid, inet_server_port() AS server_port,
        host(inet_client_addr()) AS client_addr;
 
 -- name: doctor_archive_backlog
--- Finished jobs older than the cutoff still in the hot table (up to the cap).
-SELECT count(*)::bigint AS waiting,
-       extract(epoch FROM now() - min(finished_at))::float8 AS oldest_seconds
-FROM (SELECT finished_at FROM {schema}.jobs
-      WHERE stage IN ('succeeded', 'dead', 'cancelled')
-        AND finished_at < now() - make_interval(secs => %(seconds)s)
-      LIMIT %(cap)s) f;
+-- Finished jobs past their retention that are still stored (up to the cap,
+-- per status), the oldest of them, and the maintenance row: who applies
+-- retention and when a pass last finished.
+WITH r AS (SELECT * FROM {schema}.retention),
+late AS (
+    SELECT finished_at FROM (
+        (SELECT j.finished_at FROM {schema}.jobs j, r
+         WHERE j.status = 'succeeded' AND j.finished_at < now() - r.succeeded LIMIT %(cap)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j, r
+         WHERE j.status = 'dead' AND j.finished_at < now() - r.dead LIMIT %(cap)s)
+        UNION ALL
+        (SELECT j.finished_at FROM {schema}.jobs j, r
+         WHERE j.status = 'cancelled' AND j.finished_at < now() - r.cancelled LIMIT %(cap)s)) x
+)
+SELECT (SELECT count(*) FROM late)::bigint AS waiting,
+       extract(epoch FROM now() - (SELECT min(finished_at) FROM late))::float8 AS oldest_seconds,
+       extract(epoch FROM now() - m.last_run_at)::float8 AS last_run_age_seconds,
+       m.last_run_by, m.last_error, m.holder,
+       extract(epoch FROM r.succeeded)::float8 AS succeeded_seconds,
+       EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.status IN ('succeeded', 'dead', 'cancelled'))
+           AS any_finished
+FROM {schema}.maintenance m, r;
+

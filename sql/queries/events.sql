@@ -10,13 +10,13 @@
 WITH clock AS (SELECT now() AS now),
 due AS (
     SELECT j.queue, j.id, j.run_at
-    FROM {schema}.jobs j, clock c
+    FROM {schema}.jobs_live j, clock c
     WHERE j.stage = 'scheduled' AND j.run_at >= %(since)s::timestamptz AND j.run_at <= c.now
     ORDER BY j.run_at
     LIMIT 1000
 )
 SELECT c.now,
-       (SELECT min(j.run_at) FROM {schema}.jobs j WHERE j.stage = 'scheduled' AND j.run_at > c.now)
+       (SELECT min(j.run_at) FROM {schema}.jobs_live j WHERE j.stage = 'scheduled' AND j.run_at > c.now)
            AS next_due,
        (SELECT max(d.run_at) FROM due d) AS last_due,
        (SELECT count(*) FROM due) AS looked_at,

@@ -18,7 +18,7 @@ SELECT count(*) AS stuck,
            AS job_ids,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(lease_expires_at))::float8
            AS oldest_expired_seconds
-FROM {schema}.jobs
+FROM {schema}.jobs_live
 WHERE stage = 'queued' AND status = 'running' AND lease_expires_at < coalesce(%(now)s::timestamptz, now());
 
 -- name: health_dead_workers
@@ -32,7 +32,7 @@ SELECT w.id, w.host, w.pid,
 FROM {schema}.workers w
 WHERE w.last_heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(seconds)s)
   AND (NOT %(holding_jobs)s::boolean
-       OR EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.stage = 'queued' AND j.status = 'running' AND j.worker_id = w.id))
+       OR EXISTS (SELECT 1 FROM {schema}.jobs_live j WHERE j.stage = 'queued' AND j.status = 'running' AND j.worker_id = w.id))
 ORDER BY w.last_heartbeat_at;
 
 -- name: health_queue_backlog

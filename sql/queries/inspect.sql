@@ -79,11 +79,11 @@ LIMIT 1;
 -- stopping at %(cap)s rows (the other statuses: queue_status_sample).
 SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
        extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'waiting' LIMIT %(cap)s) c) AS waiting,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
@@ -102,17 +102,17 @@ SELECT s.status, s.queue, count(*)::bigint AS n, min(s.at) AS oldest, max(s.at) 
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'due' ELSE 'scheduled' END AS status, j.queue,
             j.run_at AS at
-     FROM {schema}.jobs j WHERE j.stage = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
+     FROM {schema}.jobs_live j WHERE j.stage = 'scheduled' ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
     (SELECT 'succeeded', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.stage = 'succeeded' AND j.finished_at > now() - interval '1 hour'
+     WHERE j.status = 'succeeded' AND j.finished_at > now() - interval '1 hour'
      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
     (SELECT 'dead', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.stage = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
+     WHERE j.status = 'dead' ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
     (SELECT 'cancelled', j.queue, j.finished_at FROM {schema}.jobs j
-     WHERE j.stage = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
+     WHERE j.status = 'cancelled' ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;
 
@@ -120,26 +120,26 @@ GROUP BY s.status, s.queue;
 -- What a live job may be waiting on: an earlier live job with its serial key,
 -- its queue's controls, and that queue's running count and recent leases.
 SELECT
-    (SELECT s.id FROM {schema}.jobs s
+    (SELECT s.id FROM {schema}.jobs_live s
      WHERE s.serial_key = j.serial_key AND s.id <> j.id
        AND s.stage IN ('queued', 'scheduled')
        AND (s.id < j.id OR s.stage = 'queued' AND s.status = 'running')
      ORDER BY (s.stage = 'queued' AND s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_id,
-    (SELECT s.status::text FROM {schema}.jobs s
+    (SELECT s.status::text FROM {schema}.jobs_live s
      WHERE s.serial_key = j.serial_key AND s.id <> j.id
        AND s.stage IN ('queued', 'scheduled')
        AND (s.id < j.id OR s.stage = 'queued' AND s.status = 'running')
      ORDER BY (s.stage = 'queued' AND s.status = 'running') DESC, s.id LIMIT 1) AS serial_blocker_status,
     q.paused, q.concurrency_limit, q.rate_limit,
     extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
-    (SELECT count(*) FROM {schema}.jobs r WHERE r.queue = j.queue AND r.stage = 'queued' AND r.status = 'running'
+    (SELECT count(*) FROM {schema}.jobs_live r WHERE r.queue = j.queue AND r.stage = 'queued' AND r.status = 'running'
         AND r.lease_expires_at > now()) AS running_in_queue,
     (SELECT count(*) FROM {schema}.queue_lease_log l WHERE l.queue = j.queue
         AND l.leased_at > now() - q.rate_period) AS leases_in_window,
     (SELECT min(l.leased_at) + q.rate_period FROM {schema}.queue_lease_log l
         WHERE l.queue = j.queue AND l.leased_at > now() - q.rate_period) AS rate_next_slot,
     (SELECT count(*) FROM (
-        SELECT 1 FROM {schema}.jobs a
+        SELECT 1 FROM {schema}.jobs_live a
         WHERE a.queue = j.queue AND a.stage = 'queued' AND a.status = 'queued'
           AND (a.priority, -extract(epoch FROM a.run_at), -a.id)
               > (j.priority, -extract(epoch FROM j.run_at), -j.id)
@@ -154,6 +154,6 @@ WHERE j.id = %(job_id)s;
 -- name: job_dead_count
 -- How many dead jobs a bulk requeue with these filters would consider.
 SELECT count(*) FROM {schema}.jobs j
-WHERE j.stage = 'dead'
+WHERE j.status = 'dead'
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text);

@@ -40,10 +40,10 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- The queues holding ready jobs (a loose scan of the ready index: one probe
 -- per such queue), for a worker serving every queue.
 WITH RECURSIVE ready(name) AS (
-    (SELECT j.queue FROM {schema}.jobs j
+    (SELECT j.queue FROM {schema}.jobs_live j
      WHERE j.stage = 'queued' AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.queue FROM {schema}.jobs j
+    SELECT (SELECT j.queue FROM {schema}.jobs_live j
             WHERE j.queue > r.name AND j.stage = 'queued' AND j.status = 'queued'
             ORDER BY j.queue LIMIT 1)
     FROM ready r WHERE r.name IS NOT NULL
@@ -90,14 +90,14 @@ FROM {schema}.extend_jobs(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[], %(se
 SELECT c.job_id, j.cancel_requested,
        (j.id IS NOT NULL AND j.status = 'running' AND j.attempt_id = c.attempt_id) AS held
 FROM unnest(%(job_ids)s::bigint[], %(attempt_ids)s::bigint[]) AS c(job_id, attempt_id)
-LEFT JOIN {schema}.jobs j ON j.id = c.job_id;
+LEFT JOIN {schema}.jobs_live j ON j.id = c.job_id;
 
 -- name: job_next_due
 -- Seconds until the earliest scheduled job becomes due or a full rate-limit
 -- window of one of these queues (NULL: all) frees a slot; NULL when neither.
 -- On the server's clock so that client clock skew does not matter.
 SELECT extract(epoch FROM least(
-    (SELECT min(run_at) FROM {schema}.jobs WHERE stage = 'scheduled'),
+    (SELECT min(run_at) FROM {schema}.jobs_live WHERE stage = 'scheduled'),
     (SELECT min(w.next_slot) FROM (
         SELECT min(l.leased_at) + q.rate_period AS next_slot
         FROM {schema}.queues q

@@ -13,9 +13,9 @@ SELECT job_id, status FROM {schema}.reap_jobs(%(limit)s::integer, %(now)s::times
 -- SKIP LOCKED: concurrent archives take disjoint rows; a crash rolls back.
 WITH moved AS (
     DELETE FROM {schema}.jobs j
-    WHERE j.id = ANY (ARRAY(
+    WHERE j.status = ANY (%(statuses)s::{schema}.job_status[]) AND j.id = ANY (ARRAY(
         SELECT id FROM {schema}.jobs
-        WHERE stage = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
+        WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED))
     RETURNING j.*
@@ -34,7 +34,7 @@ FROM moved;
 -- name: job_archive_count
 -- How many finished jobs an archive run with this cutoff would move.
 SELECT count(*) FROM {schema}.jobs
-WHERE stage = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval);
+WHERE status = ANY (%(statuses)s::{schema}.job_status[]) AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval);
 
 -- name: attempt_prune_batch
 -- Delete up to %(limit)s attempt records finished before the cutoff, except
@@ -43,7 +43,7 @@ DELETE FROM {schema}.job_attempts a
 WHERE a.id = ANY (ARRAY(
     SELECT p.id FROM {schema}.job_attempts p
     WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_live j
                       WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled', 'waiting'))
     ORDER BY p.id
     LIMIT %(limit)s
@@ -76,18 +76,22 @@ DELETE FROM {schema}.jobs_archive a WHERE a.id IN (SELECT id FROM doomed);
 -- How many attempt records and archived jobs a prune with this cutoff would delete.
 SELECT (SELECT count(*) FROM {schema}.job_attempts p
         WHERE p.finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)
-          AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+          AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_live j
                           WHERE j.id = p.job_id AND j.stage IN ('queued', 'scheduled', 'waiting'))),
        (SELECT count(*) FROM {schema}.jobs_archive WHERE finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval));
 
 -- name: table_stats
--- Live and dead tuples and size of each pgqueue table.
-SELECT s.relname::text AS table_name, s.n_live_tup, s.n_dead_tup,
-       pg_total_relation_size(s.relid) AS total_bytes,
-       s.last_vacuum, s.last_autovacuum
+-- Live and dead tuples and size of each pgqueue table (a partitioned table:
+-- the sums over its partitions, the latest vacuum of any of them).
+SELECT c.relname::text AS table_name, sum(s.n_live_tup)::bigint AS n_live_tup,
+       sum(s.n_dead_tup)::bigint AS n_dead_tup,
+       sum(pg_total_relation_size(s.relid))::bigint AS total_bytes,
+       max(s.last_vacuum) AS last_vacuum, max(s.last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables s
+JOIN pg_class c ON c.oid = coalesce(pg_partition_root(s.relid), s.relid)
 WHERE s.schemaname = %(schema_name)s
-ORDER BY s.relname;
+GROUP BY c.relname
+ORDER BY c.relname;
 
 -- name: table_vacuum_analyze
 -- VACUUM (ANALYZE) every pgqueue table in one statement (VACUUM_TABLES in
@@ -97,4 +101,4 @@ VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {s
     {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
     {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning,
     {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log, {schema}.workflows,
-    {schema}.job_waits, {schema}.job_dependencies;
+    {schema}.job_waits, {schema}.job_dependencies, {schema}.retention, {schema}.maintenance;

@@ -14,7 +14,7 @@
 -- waits on, 'c:<id>' to a running job's worker. Returns (id, status before,
 -- status after) per job; finished jobs are left alone and return nothing.
 WITH target AS (
-    SELECT id, status FROM {schema}.jobs
+    SELECT id, status FROM {schema}.jobs_live
     WHERE stage IN ('queued', 'scheduled', 'waiting')
       AND (%(reask)s::boolean OR NOT cancel_requested)
       AND (%(job_ids)s::bigint[] IS NULL OR id = ANY (%(job_ids)s::bigint[]))
@@ -34,7 +34,9 @@ WITH target AS (
         last_error = CASE WHEN t.status = 'running' THEN j.last_error
                           ELSE coalesce(%(reason)s::text, j.last_error) END,
         cancel_requested = true
-    FROM target t WHERE j.id = t.id
+    FROM target t
+    -- (the live statuses name jobs_live to the planner; a cancelled row moves out)
+    WHERE j.status IN ('queued', 'scheduled', 'running', 'waiting') AND j.id = t.id
     RETURNING j.id, j.status, j.notify_finish, j.queue
 ), notified AS (
     SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
@@ -47,7 +49,7 @@ ORDER BY u.id;
 
 -- name: job_cancel_count
 -- How many live jobs a bulk cancel with these filters would pick now.
-SELECT count(*) FROM {schema}.jobs
+SELECT count(*) FROM {schema}.jobs_live
 WHERE stage IN ('queued', 'scheduled', 'waiting') AND NOT cancel_requested
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -89,7 +91,7 @@ SELECT EXISTS (SELECT 1 FROM q) AS existed, EXISTS (SELECT 1 FROM gone) AS delet
 -- name: schema_summary
 -- What `uninstall` would drop: jobs (hot and archived) and live workers.
 SELECT (SELECT count(*) FROM {schema}.jobs) AS jobs,
-       (SELECT count(*) FROM {schema}.jobs WHERE stage IN ('queued', 'scheduled', 'waiting'))
+       (SELECT count(*) FROM {schema}.jobs_live WHERE stage IN ('queued', 'scheduled', 'waiting'))
            AS live_jobs,
        (SELECT count(*) FROM {schema}.jobs_archive) AS archived_jobs,
        (SELECT count(*) FROM {schema}.workers

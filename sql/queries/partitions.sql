@@ -18,7 +18,7 @@ WHERE c.oid = to_regclass('{schema}.jobs_archive');
 -- brief lock that creating one takes falls in a run, never on a busy path.
 SELECT {schema}.archive_partitions_ensure(
     (SELECT min(finished_at) FROM {schema}.jobs
-     WHERE stage = ANY (%(statuses)s::{schema}.job_status[])
+     WHERE status = ANY (%(statuses)s::{schema}.job_status[])
        AND finished_at < (coalesce(%(now)s::timestamptz, now()) - %(older_than)s::interval)),
     coalesce(%(now)s::timestamptz, now())
         + 2 * ('1 ' || (SELECT period FROM {schema}.archive_partitioning))::interval);

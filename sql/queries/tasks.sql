@@ -82,7 +82,7 @@ SELECT n.name, t.queue, t.priority, t.max_attempts, t.lease_seconds, t.timeout_s
                  WHERE n.name = ANY (w.tasks) AND w.lost_at IS NULL
                    AND w.last_heartbeat_at > now() - make_interval(secs => %(alive_seconds)s)),
                 '{}') AS workers,
-       (SELECT count(*) FROM {schema}.jobs j
+       (SELECT count(*) FROM {schema}.jobs_live j
         WHERE j.task = n.name AND j.stage = 'queued' AND j.status = 'running') AS running
 FROM names n
 LEFT JOIN {schema}.tasks t ON t.name = n.name
@@ -95,7 +95,7 @@ ORDER BY n.name;
 -- and recent leases, and whether any live worker knows the task.
 SELECT s.concurrency_limit AS concurrency_limit_of_task, s.rate_limit AS rate_limit_of_task,
        extract(epoch FROM s.rate_period)::float8 AS rate_period_of_task_seconds,
-       (SELECT count(*) FROM {schema}.jobs r WHERE r.task = %(task)s AND r.stage = 'queued' AND r.status = 'running'
+       (SELECT count(*) FROM {schema}.jobs_live r WHERE r.task = %(task)s AND r.stage = 'queued' AND r.status = 'running'
           AND r.lease_expires_at > now()) AS running_of_task,
        (SELECT count(*) FROM {schema}.task_lease_log l WHERE l.task = %(task)s
           AND l.leased_at > now() - s.rate_period) AS task_leases_in_window,
@@ -124,7 +124,7 @@ WITH flagged AS (
 SELECT j.task, count(*) AS jobs,
        extract(epoch FROM now() - min(j.created_at))::float8 AS oldest_age_seconds
 FROM flagged f
-JOIN {schema}.jobs j ON j.id = f.job_id
+JOIN {schema}.jobs_live j ON j.id = f.job_id
 WHERE j.stage IN ('queued', 'scheduled') AND j.status <> 'running'
   AND NOT EXISTS (SELECT 1 FROM {schema}.workers w
                   WHERE j.task = ANY (w.tasks) AND w.lost_at IS NULL
@@ -142,15 +142,15 @@ SELECT CASE WHEN count(*) < %(sample)s::integer THEN %(since)s::timestamptz
 FROM (
     SELECT u.finished_at FROM (
         (SELECT j.finished_at FROM {schema}.jobs j
-         WHERE j.stage = 'succeeded' AND j.finished_at >= %(since)s
+         WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
          ORDER BY j.finished_at DESC LIMIT %(sample)s)
         UNION ALL
         (SELECT j.finished_at FROM {schema}.jobs j
-         WHERE j.stage = 'dead' AND j.finished_at >= %(since)s
+         WHERE j.status = 'dead' AND j.finished_at >= %(since)s
          ORDER BY j.finished_at DESC LIMIT %(sample)s)
         UNION ALL
         (SELECT j.finished_at FROM {schema}.jobs j
-         WHERE j.stage = 'cancelled' AND j.finished_at >= %(since)s
+         WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
          ORDER BY j.finished_at DESC LIMIT %(sample)s)
         UNION ALL
         (SELECT a.finished_at FROM {schema}.jobs_archive a
@@ -174,21 +174,21 @@ WITH finished AS (
            extract(epoch FROM j.finished_at - j.attempt_started_at)::float8 AS duration,
            extract(epoch FROM j.attempt_started_at - j.run_at)::float8 AS wait
     FROM {schema}.jobs j
-    WHERE j.stage = 'succeeded' AND j.finished_at >= %(since)s
+    WHERE j.status = 'succeeded' AND j.finished_at >= %(since)s
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     UNION ALL
     SELECT j.task, 'dead', j.attempts, j.last_error, j.finished_at,
            extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
            extract(epoch FROM j.attempt_started_at - j.run_at)::float8
     FROM {schema}.jobs j
-    WHERE j.stage = 'dead' AND j.finished_at >= %(since)s
+    WHERE j.status = 'dead' AND j.finished_at >= %(since)s
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     UNION ALL
     SELECT j.task, 'cancelled', j.attempts, j.last_error, j.finished_at,
            extract(epoch FROM j.finished_at - j.attempt_started_at)::float8,
            extract(epoch FROM j.attempt_started_at - j.run_at)::float8
     FROM {schema}.jobs j
-    WHERE j.stage = 'cancelled' AND j.finished_at >= %(since)s
+    WHERE j.status = 'cancelled' AND j.finished_at >= %(since)s
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     UNION ALL
     SELECT a.task, a.status::text, a.attempts, a.last_error, a.finished_at,
@@ -275,7 +275,7 @@ SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.version, w.start
        CASE WHEN w.lost_at IS NOT NULL THEN 'lost'
             WHEN w.last_heartbeat_at < now() - make_interval(secs => %(seconds)s) THEN 'stale'
             ELSE 'alive' END AS state,
-       (SELECT count(*) FROM {schema}.jobs j
+       (SELECT count(*) FROM {schema}.jobs_live j
         WHERE j.stage = 'queued' AND j.status = 'running' AND j.worker_id = w.id) AS running
 FROM {schema}.workers w
 ORDER BY w.started_at;

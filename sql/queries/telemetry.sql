@@ -23,9 +23,9 @@ FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
 -- Per queue: paused, ready and running counts (each an index range scan of
 -- the queue's part of a partial index, stopping at the cap), oldest ready age.
 SELECT q.name AS queue, q.paused,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'queued' LIMIT %(cap)s) c) AS queued,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
@@ -42,16 +42,16 @@ ORDER BY q.name;
 SELECT s.status, s.queue, count(*)::bigint AS n
 FROM (
     (SELECT CASE WHEN j.run_at <= now() THEN 'queued' ELSE 'scheduled' END AS status, j.queue
-     FROM {schema}.jobs j WHERE j.stage = 'scheduled'
+     FROM {schema}.jobs_live j WHERE j.stage = 'scheduled'
      ORDER BY j.run_at LIMIT %(cap_scheduled)s)
     UNION ALL
-    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.stage = 'succeeded'
+    (SELECT 'succeeded', j.queue FROM {schema}.jobs j WHERE j.status = 'succeeded'
      ORDER BY j.finished_at DESC LIMIT %(cap_succeeded)s)
     UNION ALL
-    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.stage = 'dead'
+    (SELECT 'dead', j.queue FROM {schema}.jobs j WHERE j.status = 'dead'
      ORDER BY j.finished_at DESC LIMIT %(cap_dead)s)
     UNION ALL
-    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.stage = 'cancelled'
+    (SELECT 'cancelled', j.queue FROM {schema}.jobs j WHERE j.status = 'cancelled'
      ORDER BY j.finished_at DESC LIMIT %(cap_cancelled)s)
 ) s
 GROUP BY s.status, s.queue;
@@ -59,13 +59,24 @@ GROUP BY s.status, s.queue;
 -- name: metrics_status_estimates
 -- The planner's estimate of the jobs table's rows per stored status (from
 -- ANALYZE statistics; empty before the first ANALYZE).
+-- Live jobs: jobs_live's rows times each status's share; finished ones:
+-- the rows of their partition's leaves.
 SELECT v.status, round(c.reltuples * v.freq)::bigint AS estimate
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_stats s
-  ON s.schemaname = n.nspname AND s.tablename = 'jobs' AND s.attname = 'status'
+  ON s.schemaname = n.nspname AND s.tablename = 'jobs_live' AND s.attname = 'status'
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(status, freq)
-WHERE c.oid = '{schema}.jobs'::regclass AND c.reltuples > 0;
+WHERE c.oid = '{schema}.jobs_live'::regclass AND c.reltuples > 0
+UNION ALL
+SELECT substr(p.relname::text, 6), sum(c.reltuples)::bigint
+FROM pg_catalog.pg_class p
+JOIN pg_catalog.pg_inherits i ON i.inhparent = p.oid
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+WHERE p.oid IN ('{schema}.jobs_succeeded'::regclass, '{schema}.jobs_dead'::regclass,
+                '{schema}.jobs_cancelled'::regclass)
+  AND c.reltuples > 0
+GROUP BY p.relname;
 
 -- name: metrics_workers_alive
 -- Registered workers whose heartbeat is younger than %(seconds)s.

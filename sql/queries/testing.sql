@@ -24,12 +24,12 @@ WITH ready AS MATERIALIZED (
         SELECT c.run_at <= greatest(%(since)s::timestamptz, c.created_at) AS due,
                c.priority, c.run_at, c.id
         FROM (
-            (SELECT j.priority, j.run_at, j.id, j.created_at FROM {schema}.jobs j
+            (SELECT j.priority, j.run_at, j.id, j.created_at FROM {schema}.jobs_live j
              WHERE j.queue = q.name AND j.stage = 'queued' AND NOT j.serial_held
                AND j.status = 'queued' AND j.run_at <= now()
              ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
             UNION ALL
-            (SELECT j.priority, j.run_at, j.id, j.created_at FROM {schema}.jobs j
+            (SELECT j.priority, j.run_at, j.id, j.created_at FROM {schema}.jobs_live j
              WHERE j.stage = 'scheduled' AND j.run_at <= now() AND j.queue = q.name
              ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
         ) c
@@ -42,11 +42,11 @@ WITH ready AS MATERIALIZED (
 SELECT r.queue, r.id, r.due
 FROM ready r
 WHERE r.due
-   OR EXISTS (SELECT 1 FROM {schema}.jobs j
+   OR EXISTS (SELECT 1 FROM {schema}.jobs_live j
               WHERE j.queue = r.queue AND j.stage = 'queued' AND NOT j.serial_held
                 AND j.status = 'queued'
                 AND j.run_at <= greatest(%(since)s::timestamptz, j.created_at))
-   OR EXISTS (SELECT 1 FROM {schema}.jobs j
+   OR EXISTS (SELECT 1 FROM {schema}.jobs_live j
               WHERE j.stage = 'scheduled' AND j.run_at <= now() AND j.queue = r.queue
                 AND j.run_at <= greatest(%(since)s::timestamptz, j.created_at))
 ORDER BY NOT r.due, r.priority DESC, r.run_at, r.id;
