@@ -447,10 +447,11 @@ class AppOperations(AppBase):
         batch_size: int = 1000,
         progress: Callable[[int], None] | None = None,
     ) -> dict[str, int]:
-        """Delete finished jobs, attempt history and archived jobs finished
-        before the cutoff, now (workers do it by the stored retention);
-        returns ``{"jobs": j, "attempts": n, "archived_jobs": m}``. Finished
-        jobs go by whole time ranges (their leaves), like retention's."""
+        """Delete attempt history and finished jobs older than the cutoff, now
+        (workers do it by the stored retention, :meth:`set_retention`);
+        returns ``{"attempts": n, "archived_jobs": m}``. Finished jobs go by
+        whole time ranges, as retention removes them, then the archive
+        table's rows (:meth:`archive`)."""
         return self.database.run(
             maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )

@@ -76,6 +76,9 @@ _RESERVED = {"public", "none"}
 _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The App reads the schema revision before its first statement.
     ("SELECT", ("alembic_version", "jobs", "jobs_archive", "job_attempts")),
+    # jobs' partitions, which live-job reads name directly; how long
+    # finished jobs are kept.
+    ("SELECT", ("jobs_live", "jobs_succeeded", "jobs_dead", "jobs_cancelled", "retention")),
     # Workflows and dependencies: get_workflow, context.dependency_results().
     ("SELECT", ("workflows", "job_waits", "job_dependencies")),
 )

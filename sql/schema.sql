@@ -1420,22 +1420,29 @@ BEGIN
     -- transaction and then releases these steps), marked, their state read;
     -- archived ones ended long ago.
     IF cardinality(v_deps) > 0 THEN
-        WITH marked AS (
-            UPDATE {schema}.jobs j SET has_dependents = true, has_records = true
-            WHERE j.id = ANY (v_deps)
-            RETURNING j.id, j.stage
-        ), known AS (
-            SELECT m.id, m.stage::text AS stage FROM marked m
-            UNION ALL
-            SELECT a.id, a.status::text FROM {schema}.jobs_archive a
-            WHERE a.id = ANY (v_deps) AND a.id NOT IN (SELECT m.id FROM marked m)
-        )
-        SELECT coalesce(array_agg(k.id), '{}'),
-               coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('succeeded', 'dead', 'cancelled')), '{}'),
-               coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('dead', 'cancelled')), '{}')
-        INTO v_found, v_ended, v_failed
-        FROM known k;
-        SELECT d INTO v_missing FROM unnest(v_deps) d WHERE d <> ALL (v_found) LIMIT 1;
+        -- (Three tries: a dependency that finished while this statement
+        -- waited for its lock left jobs_live and is found, finished, by the
+        -- next statement's snapshot.)
+        FOR v_try IN 1..3 LOOP
+            WITH marked AS (
+                UPDATE {schema}.jobs j SET has_dependents = true, has_records = true
+                WHERE j.id = ANY (v_deps) AND j.id <> ALL (v_found)
+                RETURNING j.id, j.stage
+            ), known AS (
+                SELECT m.id, m.stage::text AS stage FROM marked m
+                UNION ALL
+                SELECT a.id, a.status::text FROM {schema}.jobs_archive a
+                WHERE a.id = ANY (v_deps) AND a.id <> ALL (v_found)
+                  AND a.id NOT IN (SELECT m.id FROM marked m)
+            )
+            SELECT v_found || coalesce(array_agg(k.id), '{}'),
+                   v_ended || coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('succeeded', 'dead', 'cancelled')), '{}'),
+                   v_failed || coalesce(array_agg(k.id) FILTER (WHERE k.stage IN ('dead', 'cancelled')), '{}')
+            INTO v_found, v_ended, v_failed
+            FROM known k;
+            SELECT d INTO v_missing FROM unnest(v_deps) d WHERE d <> ALL (v_found) LIMIT 1;
+            EXIT WHEN v_missing IS NULL;
+        END LOOP;
         IF v_missing IS NOT NULL THEN
             RAISE EXCEPTION 'pgqueue: job % not found', v_missing
                 USING ERRCODE = 'P0002', HINT = 'depends_on takes ids of existing jobs';
@@ -2127,6 +2134,70 @@ $$;
 -- Functions: complete (ack, fail, hand back)
 -- =====================================================================================
 
+CREATE FUNCTION {schema}.finish_jobs(p_ids bigint[], p_from {schema}.job_status[], p_to {schema}.job_status[], p_now timestamp with time zone, p_attempt_ids bigint[] DEFAULT NULL::bigint[], p_errors text[] DEFAULT NULL::text[], p_results jsonb[] DEFAULT NULL::jsonb[], p_records boolean DEFAULT false) RETURNS TABLE(id bigint, status {schema}.job_status, queue text, notify_finish boolean, attempt_id bigint, attempts integer, worker_id text, attempt_started_at timestamp with time zone, finished_at timestamp with time zone, priority smallint, run_at timestamp with time zone)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
+    SET jit TO 'off'
+    AS $$
+-- The one move of a finished job: its row leaves jobs_live (DELETE) and is
+-- written, once, into its status's partition (INSERT into jobs, routed by
+-- status and finish time). Explicitly, not as an UPDATE that changes the
+-- partition: a transaction waiting for the row's lock (a late ack, the
+-- reaper, a heartbeat, a lease, a cancel) then finds it deleted and skips
+-- it, as it always did; after a cross-partition UPDATE it would fail
+-- instead ("tuple ... was already moved to another partition").
+-- Per job (p_ids, with p_to, p_errors, p_results, p_attempt_ids): only
+-- while its status is one of p_from (and its attempt is p_attempt_ids',
+-- when given). 'succeeded' ends 'cancelled' for a job whose cancel was
+-- requested while it ran (the ack's rule: no result, its last error kept).
+-- p_errors: the new last_error (NULL keeps it). p_records: rows elsewhere
+-- now belong to these jobs (has_records). Returns what the callers tell
+-- (notifications, attempt records) of each moved job.
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH gone AS (
+        DELETE FROM {schema}.jobs_live j
+        USING unnest(p_ids, p_to,
+                     coalesce(p_attempt_ids, array_fill(NULL::bigint, ARRAY[cardinality(p_ids)])),
+                     coalesce(p_errors, array_fill(NULL::text, ARRAY[cardinality(p_ids)])),
+                     coalesce(p_results, array_fill(NULL::jsonb, ARRAY[cardinality(p_ids)])))
+            AS d(id, to_status, attempt_id, error, result)
+        -- (Joined on the id alone: each job of the array is one probe of
+        -- jobs_live's primary key.)
+        WHERE j.id = d.id AND j.status = ANY (p_from)
+          AND (d.attempt_id IS NULL OR j.attempt_id = d.attempt_id)
+        RETURNING j.*, d.to_status = 'succeeded' AND j.cancel_requested AS cancelled_running,
+                  d.to_status, d.error, d.result AS new_result
+    )
+    INSERT INTO {schema}.jobs AS n (
+        id, run_at, created_at, priority, max_attempts, lease_seconds, backoff_base,
+        backoff_factor, backoff_max, backoff_jitter, cancel_requested, notify_finish,
+        serial_held, queue, task, payload, dedup_key, serial_key, trace_context, tags, meta,
+        attempt_id, attempt_started_at, lease_expires_at, finished_at, status, attempts,
+        counted, has_dependents, has_records, snoozes, worker_id, last_error, result, progress)
+    SELECT g.id, g.run_at, g.created_at, g.priority, g.max_attempts, g.lease_seconds,
+           g.backoff_base, g.backoff_factor, g.backoff_max, g.backoff_jitter,
+           g.cancel_requested, g.notify_finish, g.serial_held, g.queue, g.task, g.payload,
+           g.dedup_key, g.serial_key, g.trace_context, g.tags, g.meta,
+           g.attempt_id, g.attempt_started_at, NULL, p_now,
+           CASE WHEN g.cancelled_running THEN 'cancelled' ELSE g.to_status END::{schema}.job_status,
+           g.attempts, g.counted, g.has_dependents,
+           CASE WHEN p_records OR g.cancelled_running THEN true ELSE g.has_records END,
+           g.snoozes, g.worker_id,
+           CASE WHEN g.cancelled_running THEN g.last_error ELSE coalesce(g.error, g.last_error) END,
+           CASE WHEN g.cancelled_running THEN NULL ELSE g.new_result END,
+           g.progress
+    FROM gone g
+    RETURNING n.id, n.status, n.queue, n.notify_finish, n.attempt_id, n.attempts, n.worker_id,
+              n.attempt_started_at, n.finished_at, n.priority, n.run_at;
+END;
+$$;
+
 CREATE FUNCTION {schema}.ack_jobs(p_job_ids bigint[], p_attempt_ids bigint[], p_results jsonb[], p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_result_errors text[] DEFAULT NULL::text[]) RETURNS TABLE(job_id bigint, attempt_id bigint)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2142,23 +2213,15 @@ DECLARE
                                   ELSE coalesce({schema}.trusted_clock(p_now), now()) END;
 BEGIN
     RETURN QUERY
-    WITH finished AS (
-        -- Through the partitioned table: the row moves to its status's
-        -- partition (status = 'running' names jobs_live to the planner).
-        UPDATE {schema}.jobs j
-        SET status = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::{schema}.job_status,
-            finished_at = v_now,
-            lease_expires_at = NULL,
-            has_records = CASE WHEN j.cancel_requested THEN true ELSE j.has_records END,
-            result = CASE WHEN j.cancel_requested THEN NULL ELSE d.result END,
-            -- A result that could not be stored: result NULL, the reason in last_error.
-            last_error = CASE WHEN j.cancel_requested OR d.result_error IS NULL THEN j.last_error
-                              ELSE d.result_error END
-        FROM unnest(p_job_ids, p_attempt_ids, p_results, p_result_errors)
-            AS d(job_id, attempt_id, result, result_error)
-        WHERE j.id = d.job_id AND j.attempt_id = d.attempt_id AND j.status = 'running'
-        RETURNING j.id, j.status, j.notify_finish, j.attempt_id, j.attempts, j.worker_id,
-                  j.attempt_started_at, j.finished_at, j.queue
+    WITH finished AS MATERIALIZED (
+        -- Moved to jobs_succeeded (cancelled when a cancel was requested
+        -- while it ran) if the attempt still holds its lease. A result that
+        -- could not be stored: result NULL, the reason in last_error.
+        SELECT f.id, f.status, f.notify_finish, f.attempt_id, f.attempts, f.worker_id,
+               f.attempt_started_at, f.finished_at, f.queue
+        FROM {schema}.finish_jobs(
+            p_job_ids, '{running}', array_fill('succeeded'::{schema}.job_status, ARRAY[cardinality(p_job_ids)]),
+            v_now, p_attempt_ids, p_result_errors, p_results) f
     ), cancelled_attempts AS (
         INSERT INTO {schema}.job_attempts
             (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
@@ -2276,26 +2339,34 @@ WITH clock AS MATERIALIZED (
     ) k
     WHERE j.id = ANY ($1)
     FOR UPDATE OF j
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN d.next IN ('retry', 'defer', 'snooze')
-            THEN CASE WHEN d.next_run_at > (SELECT now FROM clock)
-                      THEN 'scheduled' ELSE 'queued' END
-            ELSE d.next END::{schema}.job_status,
-        run_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN d.next_run_at ELSE j.run_at END,
+), again AS (
+    -- Retried, handed back or snoozed: queued again in place.
+    UPDATE {schema}.jobs_live j
+    SET status = CASE WHEN d.next_run_at > (SELECT now FROM clock)
+                      THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+        run_at = d.next_run_at,
         attempts = CASE WHEN d.next IN ('defer', 'snooze') THEN j.attempts - 1 ELSE j.attempts END,
         -- NULL until the first snooze, like has_dependents until the first
         -- dependent: a job that uses neither writes no bytes for them.
         snoozes = CASE WHEN d.next = 'snooze' THEN coalesce(j.snoozes, 0) + 1 ELSE j.snoozes END,
-        finished_at = CASE WHEN d.next IN ('retry', 'defer', 'snooze') THEN NULL
-                           ELSE (SELECT now FROM clock) END,
         lease_expires_at = NULL,
         last_error = CASE WHEN d.next = 'snooze' THEN j.last_error
                           ELSE left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000) END,
         has_records = true  -- the attempt's row below
     FROM decided d
-    WHERE j.status = 'running' AND j.id = ANY ($1) AND j.id = d.job_id
+    WHERE d.next IN ('retry', 'defer', 'snooze') AND j.id = ANY ($1) AND j.id = d.job_id
     RETURNING j.id, j.attempt_id, j.status, j.queue, j.priority, j.run_at
+), ended AS (
+    -- Dead or cancelled: moved to its partition (the rows decided locked).
+    SELECT e.id, e.attempt_id, e.status, e.queue, e.priority, e.run_at
+    FROM (SELECT array_agg(d.job_id) AS ids, array_agg(d.next::{schema}.job_status) AS tos,
+                 array_agg(left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000)) AS errors
+          FROM decided d WHERE d.next IN ('dead', 'cancelled')) x
+    CROSS JOIN LATERAL {schema}.finish_jobs(x.ids, '{running}', x.tos, (SELECT now FROM clock),
+                                           NULL, x.errors, NULL, true) e
+    WHERE x.ids IS NOT NULL
+), updated AS (
+    SELECT * FROM again UNION ALL SELECT * FROM ended
 ), announced AS (
     SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
     FROM (SELECT DISTINCT ON (u.queue) u.queue, u.priority, u.run_at, u.id
@@ -2359,16 +2430,24 @@ WITH clock AS MATERIALIZED (
     FROM {schema}.jobs_live j JOIN released r ON j.id = r.job_id AND j.attempt_id = r.attempt_id
     WHERE j.id = ANY ($1) AND j.stage = 'queued' AND j.status = 'running'
     FOR UPDATE OF j
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN o.cancel_requested THEN 'cancelled' ELSE 'queued' END::{schema}.job_status,
-        attempts = CASE WHEN o.cancel_requested THEN j.attempts ELSE j.attempts - 1 END,
-        finished_at = CASE WHEN o.cancel_requested THEN (SELECT now FROM clock) END,
-        lease_expires_at = NULL,
+), again AS (
+    -- Back to queued at its place, the attempt not counted.
+    UPDATE {schema}.jobs_live j
+    SET status = 'queued', attempts = j.attempts - 1, lease_expires_at = NULL,
         has_records = true  -- the attempt's row below
     FROM old o
-    WHERE j.status = 'running' AND j.id = ANY ($1) AND j.id = o.id
+    WHERE NOT o.cancel_requested AND j.id = ANY ($1) AND j.id = o.id
     RETURNING j.id, j.attempt_id, j.status, j.queue, j.priority, j.run_at
+), ended AS (
+    -- A cancel was requested: it ends cancelled.
+    SELECT e.id, e.attempt_id, e.status, e.queue, e.priority, e.run_at
+    FROM (SELECT array_agg(o.id) AS ids FROM old o WHERE o.cancel_requested) x
+    CROSS JOIN LATERAL {schema}.finish_jobs(
+        x.ids, '{running}', array_fill('cancelled'::{schema}.job_status, ARRAY[cardinality(x.ids)]),
+        (SELECT now FROM clock), NULL, NULL, NULL, true) e
+    WHERE x.ids IS NOT NULL
+), updated AS (
+    SELECT * FROM again UNION ALL SELECT * FROM ended
 ), announced AS (
     SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
     FROM (SELECT DISTINCT ON (u.queue) u.queue, u.priority, u.run_at, u.id
@@ -2505,22 +2584,32 @@ BEGIN
     IF p_job_ids IS NULL OR cardinality(p_job_ids) = 0 THEN
         RETURN;
     END IF;
-    WITH settled AS (
-        UPDATE {schema}.jobs j
-        SET status = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed THEN 'cancelled'
-                          WHEN j.run_at > now() THEN 'scheduled'
-                          ELSE 'queued' END::{schema}.job_status,
-            finished_at = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed THEN now()
-                               ELSE j.finished_at END,
-            last_error = CASE WHEN w.blocker IS NOT NULL AND NOT w.allow_failed
-                THEN format('dependency %s ended %s', w.blocker,
-                            coalesce((SELECT b.status::text FROM {schema}.jobs b WHERE b.id = w.blocker),
-                                     (SELECT a.status::text FROM {schema}.jobs_archive a WHERE a.id = w.blocker)))
-                ELSE j.last_error END
-        FROM {schema}.job_waits w
-        WHERE j.id = ANY (p_job_ids) AND w.job_id = j.id AND j.status = 'waiting'
+    WITH decided AS MATERIALIZED (
+        SELECT j.id, w.blocker IS NOT NULL AND NOT w.allow_failed AS cancel,
+               format('dependency %s ended %s', w.blocker,
+                      coalesce((SELECT b.status::text FROM {schema}.jobs b WHERE b.id = w.blocker),
+                               (SELECT a.status::text FROM {schema}.jobs_archive a
+                                WHERE a.id = w.blocker))) AS reason
+        FROM {schema}.jobs_live j JOIN {schema}.job_waits w ON w.job_id = j.id
+        WHERE j.id = ANY (p_job_ids) AND j.status = 'waiting'
           AND (w.pending = 0 OR w.blocker IS NOT NULL AND NOT w.allow_failed)
+        FOR UPDATE OF j
+    ), released AS (
+        UPDATE {schema}.jobs_live j
+        SET status = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status
+        FROM decided d
+        WHERE NOT d.cancel AND j.id = ANY (p_job_ids) AND j.id = d.id
         RETURNING j.id, j.queue, j.status, j.notify_finish, j.priority, j.run_at
+    ), cancelled AS (
+        SELECT e.id, e.queue, e.status, e.notify_finish, e.priority, e.run_at
+        FROM (SELECT array_agg(d.id) AS ids, array_agg(d.reason) AS reasons
+              FROM decided d WHERE d.cancel) x
+        CROSS JOIN LATERAL {schema}.finish_jobs(
+            x.ids, '{waiting}', array_fill('cancelled'::{schema}.job_status, ARRAY[cardinality(x.ids)]),
+            now(), NULL, x.reasons) e
+        WHERE x.ids IS NOT NULL
+    ), settled AS (
+        SELECT * FROM released UNION ALL SELECT * FROM cancelled
     ), announced AS (
         SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
         FROM (SELECT DISTINCT ON (s.queue) s.queue, s.priority, s.run_at, s.id
@@ -2696,18 +2785,28 @@ WITH clock AS MATERIALIZED (
         LEFT JOIN {schema}.task_settings s ON s.name = j.task
     ) m
     WHERE j.id = ANY (ARRAY(SELECT id FROM expired))
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN d.next = 'retry' THEN 'scheduled' ELSE d.next END::{schema}.job_status,
-        run_at = CASE WHEN d.next = 'retry' THEN d.next_run_at ELSE j.run_at END,
-        finished_at = CASE WHEN d.next = 'retry' THEN NULL ELSE (SELECT now FROM clock) END,
-        lease_expires_at = NULL,
+), again AS (
+    -- Retried after its backoff, in place.
+    UPDATE {schema}.jobs_live j
+    SET status = 'scheduled', run_at = d.next_run_at, lease_expires_at = NULL,
         last_error = 'lease_expired: worker ' || coalesce(d.worker_id, '?')
                      || ' did not finish or extend its lease',
         has_records = true  -- the attempt's row below
     FROM decided d
-    WHERE j.status = 'running' AND j.id = ANY (ARRAY(SELECT id FROM decided)) AND j.id = d.id
+    WHERE d.next = 'retry' AND j.id = ANY (ARRAY(SELECT id FROM decided)) AND j.id = d.id
     RETURNING j.id, j.status, j.queue
+), ended AS (
+    -- Attempts used up (dead) or a cancel requested: moved to its partition.
+    SELECT e.id, e.status, e.queue
+    FROM (SELECT array_agg(d.id) AS ids, array_agg(d.next::{schema}.job_status) AS tos,
+                 array_agg('lease_expired: worker ' || coalesce(d.worker_id, '?')
+                           || ' did not finish or extend its lease') AS errors
+          FROM decided d WHERE d.next <> 'retry') x
+    CROSS JOIN LATERAL {schema}.finish_jobs(x.ids, '{running}', x.tos, (SELECT now FROM clock),
+                                           NULL, x.errors, NULL, true) e
+    WHERE x.ids IS NOT NULL
+), updated AS (
+    SELECT * FROM again UNION ALL SELECT * FROM ended
 ), attempts AS (
     INSERT INTO {schema}.job_attempts
         (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
@@ -2753,35 +2852,67 @@ CREATE FUNCTION {schema}.retention_width(p_retention interval) RETURNS interval
                floor(extract(epoch FROM p_retention) / 240)::integer)))
 $$;
 
+CREATE FUNCTION {schema}.retention_slot(p_at timestamp with time zone, p_width interval) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    -- The start of the slot of width p_width that holds p_at (slots are
+    -- whole multiples of the width since the epoch).
+    SELECT to_timestamp(floor(extract(epoch FROM p_at) / extract(epoch FROM p_width))
+                        * extract(epoch FROM p_width))
+$$;
+
 CREATE FUNCTION {schema}.retention_leaves() RETURNS TABLE(status {schema}.job_status, leaf text, lower timestamp with time zone, upper timestamp with time zone)
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
     -- The leaves of the finished partitions and their bounds (NULL for the
-    -- default leaves), read from the catalog.
+    -- default leaves), read from the catalog. A leaf another session is
+    -- dropping has no bound expression left: it is not listed.
     SELECT p.status, c.relname::text, b.m[1]::timestamptz, b.m[2]::timestamptz
     FROM (VALUES ('succeeded'::{schema}.job_status, '{schema}.jobs_succeeded'::regclass),
                  ('dead', '{schema}.jobs_dead'::regclass),
                  ('cancelled', '{schema}.jobs_cancelled'::regclass)) p(status, parent)
     JOIN pg_inherits i ON i.inhparent = p.parent
     JOIN pg_class c ON c.oid = i.inhrelid
-    CROSS JOIN LATERAL (SELECT regexp_match(pg_get_expr(c.relpartbound, c.oid),
+    CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) e
+    CROSS JOIN LATERAL (SELECT regexp_match(e.bound,
                                             $r$FROM \('([^']*)'\) TO \('([^']*)'\)$r$) AS m) b
+    WHERE e.bound = 'DEFAULT' OR b.m IS NOT NULL
 $_$;
+
+CREATE FUNCTION {schema}.retention_cutoff(p_status {schema}.job_status, p_before timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+    -- How far a deletion of p_status jobs finished before p_before may go:
+    -- as asked for the schema's owner (and its members), else no further
+    -- than the stored retention (a worker's role applies it, nothing more).
+    SELECT CASE WHEN {schema}.trusted_clock(now()) IS NOT NULL THEN p_before
+                ELSE least(p_before, now() - CASE p_status WHEN 'succeeded' THEN r.succeeded
+                                                           WHEN 'cancelled' THEN r.cancelled
+                                                           ELSE r.dead END) END
+    FROM {schema}.retention r
+$$;
 
 CREATE FUNCTION {schema}.retention_plan(p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_cutoffs interval[] DEFAULT NULL::interval[]) RETURNS TABLE(action text, status {schema}.job_status, leaf text, lower timestamp with time zone, upper timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- What a pass does now, in order: 'create' a leaf for [lower, upper) of
--- status's partition (three leaves of the retention's width from the
--- current one on, so that a finish time always has one while a worker runs
--- maintenance); 'drop' a leaf whose range retention has passed; 'purge' a
--- default leaf that holds rows (rows before a cutoff go, one by one).
+-- status's partition (every part of the next three widths of the
+-- retention, from the current one on, that no leaf covers, so that a
+-- finish time always has one while a worker runs maintenance); 'drop' a
+-- leaf whose range retention has passed; 'purge' a
+-- default leaf that holds rows, or a leaf made for a longer retention
+-- than today's (rows before a cutoff go, one by one).
 -- p_cutoffs: [succeeded, cancelled, dead] instead of the stored retention
--- (`pgqueue prune --older-than`); it creates no leaves.
+-- (`pgqueue prune --older-than`; it creates no leaves): honoured only for
+-- the schema's owner and its members, like a clock (a worker's role applies
+-- the stored retention, never a shorter one).
 DECLARE
     v_now   timestamptz := coalesce({schema}.trusted_clock(p_now), now());
+    v_trusted boolean := {schema}.trusted_clock(now()) IS NOT NULL;
     v_ret   {schema}.retention;
     v_s     {schema}.job_status;
     v_keep  interval;
@@ -2793,6 +2924,9 @@ DECLARE
     v_any   boolean;
 BEGIN
     SELECT * INTO v_ret FROM {schema}.retention;
+    IF p_cutoffs IS NOT NULL AND NOT v_trusted THEN
+        p_cutoffs := ARRAY[v_ret.succeeded, v_ret.cancelled, v_ret.dead];
+    END IF;
     FOREACH v_s IN ARRAY ARRAY['succeeded', 'cancelled', 'dead']::{schema}.job_status[] LOOP
         v_keep := CASE WHEN p_cutoffs IS NOT NULL
                        THEN p_cutoffs[array_position(ARRAY['succeeded', 'cancelled', 'dead'], v_s::text)]
@@ -2804,10 +2938,18 @@ BEGIN
         FROM {schema}.retention_leaves() l
         WHERE l.status = v_s AND l.upper <= v_now - v_keep
         ORDER BY l.upper;
+        v_width := {schema}.retention_width(v_keep);
+        -- The default leaf, and a leaf made for a longer retention than
+        -- today's (wider than two of today's leaves) that retention has
+        -- reached into: their rows past it go one by one.
         FOR v_leaf IN SELECT l.leaf FROM {schema}.retention_leaves() l
-                      WHERE l.status = v_s AND l.lower IS NULL LOOP
-            EXECUTE format('SELECT EXISTS (SELECT 1 FROM {schema}.%I'
-                           ' WHERE coalesce(finished_at, created_at) < $1)', v_leaf)
+                      WHERE l.status = v_s
+                        AND (l.lower IS NULL
+                             OR (l.upper - l.lower > 2 * v_width
+                                 AND l.lower < v_now - v_keep AND l.upper > v_now - v_keep)) LOOP
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM {schema}.%I WHERE finished_at < $1'
+                           ' OR (finished_at IS NULL AND created_at < $1))',
+                           v_leaf)
                 INTO v_any USING v_now - v_keep;
             IF v_any THEN
                 RETURN QUERY SELECT 'purge', v_s, v_leaf, NULL::timestamptz, v_now - v_keep;
@@ -2818,16 +2960,20 @@ BEGIN
             RETURN QUERY SELECT 'purge', v_s, 'jobs_archive', NULL::timestamptz, v_now - v_keep;
         END IF;
         CONTINUE WHEN p_cutoffs IS NOT NULL;
-        v_width := {schema}.retention_width(v_keep);
-        v_start := to_timestamp(floor(extract(epoch FROM v_now) / extract(epoch FROM v_width))
-                                * extract(epoch FROM v_width));
+        v_start := {schema}.retention_slot(v_now, v_width);
         v_end := v_start + 3 * v_width;
-        SELECT max(l.upper) INTO v_next FROM {schema}.retention_leaves() l
-        WHERE l.status = v_s AND l.upper > v_start;
-        v_next := greatest(coalesce(v_next, v_start), v_start);
-        WHILE v_next < v_end LOOP
-            RETURN QUERY SELECT 'create', v_s, NULL::text, v_next, v_next + v_width;
-            v_next := v_next + v_width;
+        -- From v_start on: past each leaf met, and a new leaf up to the next
+        -- slot boundary (or the next leaf) across each gap.
+        WHILE v_start < v_end LOOP
+            SELECT max(l.upper) INTO v_next FROM {schema}.retention_leaves() l
+            WHERE l.status = v_s AND l.lower <= v_start AND l.upper > v_start;
+            IF v_next IS NULL THEN
+                SELECT least({schema}.retention_slot(v_start, v_width) + v_width, min(l.lower))
+                INTO v_next FROM {schema}.retention_leaves() l
+                WHERE l.status = v_s AND l.lower > v_start;
+                RETURN QUERY SELECT 'create', v_s, NULL::text, v_start, v_next;
+            END IF;
+            v_start := v_next;
         END LOOP;
     END LOOP;
 END;
@@ -2836,11 +2982,14 @@ $$;
 CREATE FUNCTION {schema}.retention_create_leaf(p_status {schema}.job_status, p_lower timestamp with time zone, p_upper timestamp with time zone) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET lock_timeout TO '2s'
+    SET lock_timeout TO '200ms'
     AS $$
 -- Create the leaf of p_status's partition for [p_lower, p_upper); NULL when
--- a leaf already covers part of it. Rows a default leaf holds in that range
--- (finished while no leaf existed) would make the creation fail: the leaf
+-- a leaf already covers part of it. Made as a table of its own and then
+-- attached: attaching locks the status's partition in SHARE UPDATE
+-- EXCLUSIVE mode, so completions (ROW EXCLUSIVE) go on meanwhile; only its
+-- default leaf is locked. Rows the default leaf holds in that range
+-- (finished while no leaf existed) would make the attach fail: the leaf
 -- then starts after the last of them.
 DECLARE
     v_parent text := 'jobs_' || p_status::text;
@@ -2853,9 +3002,10 @@ BEGIN
         RAISE EXCEPTION 'pgqueue: no leaf of % for [%, %)', p_status, p_lower, p_upper
             USING ERRCODE = '22023';
     END IF;
-    -- The lock the creation takes anyway: no row lands in the default leaf
-    -- between the look below and the creation.
-    EXECUTE format('LOCK TABLE {schema}.%I IN ACCESS EXCLUSIVE MODE', v_parent);
+    -- The lock the attach takes anyway, first: no row lands in the default
+    -- leaf between the look below and the attach, and two passes creating
+    -- the same leaf take turns.
+    EXECUTE format('LOCK TABLE {schema}.%I IN ACCESS EXCLUSIVE MODE', v_parent || '_default');
     IF EXISTS (SELECT 1 FROM {schema}.retention_leaves() l
                WHERE l.status = p_status AND l.lower < p_upper AND l.upper > p_lower) THEN
         RETURN NULL;
@@ -2870,9 +3020,12 @@ BEGIN
         END IF;
     END IF;
     v_name := v_parent || '_' || to_char(v_lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MISS');
-    EXECUTE format('CREATE TABLE {schema}.%I PARTITION OF {schema}.%I FOR VALUES FROM (%L) TO (%L)'
+    EXECUTE format('CREATE TABLE {schema}.%I (LIKE {schema}.%I INCLUDING DEFAULTS INCLUDING CONSTRAINTS'
+                   ' INCLUDING GENERATED INCLUDING STORAGE)'
                    ' WITH (autovacuum_vacuum_insert_threshold = -1)',
-                   v_name, v_parent, v_lower, p_upper);
+                   v_name, v_parent);
+    EXECUTE format('ALTER TABLE {schema}.%I ATTACH PARTITION {schema}.%I FOR VALUES FROM (%L) TO (%L)',
+                   v_parent, v_name, v_lower, p_upper);
     RETURN v_name;
 END;
 $$;
@@ -2903,20 +3056,26 @@ $$;
 CREATE FUNCTION {schema}.retention_drop_leaf(p_leaf text, p_count boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET lock_timeout TO '2s'
+    SET lock_timeout TO '200ms'
     AS $$
 -- Drop a leaf of a finished partition, and what belongs to its jobs
 -- elsewhere (has_records). Returns how many jobs it held: counted with
--- p_count (`pgqueue prune`), else the statistics' estimate (no read).
+-- p_count (`pgqueue prune`), else the statistics' estimate, or for a leaf
+-- never analyzed its size times the rows of its first pages. DROP locks
+-- the status's partition: completions into it wait until the drop commits,
+-- and while it waits for a lock (lock_timeout short, the next pass tries
+-- again).
 DECLARE
     v_status {schema}.job_status;
     v_ids    bigint[];
     v_rows   bigint;
+    v_pages  bigint;
 BEGIN
     SELECT l.status INTO v_status FROM {schema}.retention_leaves() l
-    WHERE l.leaf = p_leaf AND l.lower IS NOT NULL;
+    WHERE l.leaf = p_leaf AND l.lower IS NOT NULL
+      AND l.upper <= {schema}.retention_cutoff(l.status, l.upper);
     IF v_status IS NULL THEN
-        RETURN 0;  -- dropped by another pass meanwhile (or not a leaf)
+        RETURN 0;  -- dropped by another pass meanwhile, not past retention, or not a leaf
     END IF;
     -- The locks DROP takes, first: nothing new lands in the leaf meanwhile.
     EXECUTE format('LOCK TABLE {schema}.%I, {schema}.%I IN ACCESS EXCLUSIVE MODE',
@@ -2928,8 +3087,15 @@ BEGIN
     IF p_count THEN
         EXECUTE format('SELECT count(*) FROM {schema}.%I', p_leaf) INTO v_rows;
     ELSE
-        SELECT greatest(c.reltuples, 0)::bigint INTO v_rows FROM pg_class c
+        SELECT CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END,
+               pg_relation_size(c.oid) / current_setting('block_size')::bigint
+        INTO v_rows, v_pages FROM pg_class c
         WHERE c.oid = format('{schema}.%I', p_leaf)::regclass;
+        IF v_rows IS NULL THEN
+            EXECUTE format('SELECT count(*) FROM {schema}.%I WHERE ctid < ''(8,0)''::tid', p_leaf)
+                INTO v_rows;
+            v_rows := CASE WHEN v_pages <= 8 THEN v_rows ELSE v_rows * v_pages / 8 END;
+        END IF;
     END IF;
     EXECUTE format('DROP TABLE {schema}.%I', p_leaf);
     RETURN v_rows;
@@ -2941,12 +3107,14 @@ CREATE FUNCTION {schema}.retention_purge(p_table text, p_status {schema}.job_sta
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- Delete up to p_limit jobs finished before p_before, one by one, from a
--- default leaf of a finished partition (rows finished while no worker made
--- leaves) or, by status, from jobs_archive; with their records elsewhere.
+-- leaf of a finished partition (its default leaf: rows finished while no
+-- worker made leaves; a leaf made for a longer retention) or, by status,
+-- from jobs_archive; with their records elsewhere.
 -- SKIP LOCKED: passes beside each other take disjoint rows.
 DECLARE
     v_ids bigint[];
 BEGIN
+    p_before := {schema}.retention_cutoff(p_status, p_before);
     IF p_table = 'jobs_archive' THEN
         SELECT array_agg(a.id) INTO v_ids FROM (
             SELECT a.id FROM {schema}.jobs_archive a
@@ -2960,12 +3128,14 @@ BEGIN
         DELETE FROM {schema}.jobs_archive a WHERE a.id = ANY (v_ids);
         RETURN cardinality(v_ids);
     END IF;
-    IF p_table IS DISTINCT FROM 'jobs_' || p_status::text || '_default' THEN
-        RAISE EXCEPTION 'pgqueue: retention purges jobs_archive or a default leaf, not %', p_table
-            USING ERRCODE = '22023';
+    IF NOT EXISTS (SELECT 1 FROM {schema}.retention_leaves() l
+                   WHERE l.leaf = p_table AND l.status = p_status) THEN
+        RAISE EXCEPTION 'pgqueue: retention purges jobs_archive or a leaf of jobs_%, not %',
+            p_status, p_table USING ERRCODE = '22023';
     END IF;
     EXECUTE format('SELECT array_agg(j.id) FROM (SELECT id FROM {schema}.%I'
-                   ' WHERE coalesce(finished_at, created_at) < $1 LIMIT $2 FOR UPDATE SKIP LOCKED) j',
+                   ' WHERE finished_at < $1 OR (finished_at IS NULL AND created_at < $1)'
+                   ' LIMIT $2 FOR UPDATE SKIP LOCKED) j',
                    p_table)
         INTO v_ids USING p_before, greatest(p_limit, 1);
     IF v_ids IS NULL THEN
@@ -2999,11 +3169,14 @@ CREATE FUNCTION {schema}.set_retention(p_succeeded interval DEFAULT NULL::interv
     SET lock_timeout TO '10s'
     AS $$
 -- Change how long finished jobs are kept (NULL: as it is). Applies to the
--- jobs already finished too, at the next maintenance pass.
+-- jobs already finished too, at the next maintenance pass; the leaves of
+-- the coming finish times are made for it at once.
 DECLARE
-    v_row {schema}.retention;
-    v_s   text;
+    v_row  {schema}.retention;
+    v_s    text;
     v_zero boolean;
+    v_leaf text;
+    v_any  boolean;
 BEGIN
     IF least(p_succeeded, p_cancelled, p_dead) < interval '0'
        OR greatest(p_succeeded, p_cancelled, p_dead) > interval '100 years' THEN
@@ -3026,7 +3199,24 @@ BEGIN
             EXECUTE format('DROP TRIGGER IF EXISTS %I ON {schema}.%I',
                            'jobs_' || v_s || '_forget', 'jobs_' || v_s);
         END IF;
+        -- Leaves made ahead for a longer retention would keep the jobs of
+        -- their whole range: the empty ones go (the plan below makes
+        -- today's); a leaf already holding jobs stays, and passes delete
+        -- its rows past retention one by one until it can be dropped.
+        FOR v_leaf IN SELECT l.leaf FROM {schema}.retention_leaves() l
+                      WHERE l.status::text = v_s AND l.upper > now()
+                        AND l.upper - l.lower > {schema}.retention_width(
+                            CASE v_s WHEN 'succeeded' THEN v_row.succeeded
+                                     WHEN 'cancelled' THEN v_row.cancelled
+                                     ELSE v_row.dead END) LOOP
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM {schema}.%I)', v_leaf) INTO v_any;
+            IF NOT v_any THEN
+                EXECUTE format('DROP TABLE {schema}.%I', v_leaf);
+            END IF;
+        END LOOP;
     END LOOP;
+    PERFORM {schema}.retention_create_leaf(p.status, p.lower, p.upper)
+    FROM {schema}.retention_plan() p WHERE p.action = 'create';
     RETURN v_row;
 END;
 $$;
@@ -3520,3 +3710,9 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} REVOKE EXECUTE ON FUNCTIONS FROM PUB
 INSERT INTO {schema}.limits DEFAULT VALUES;
 INSERT INTO {schema}.retention DEFAULT VALUES;
 INSERT INTO {schema}.maintenance DEFAULT VALUES;
+
+-- The first leaves of the finished partitions, so that jobs finishing before
+-- a worker's first maintenance pass land in them, not in the default leaves.
+-- (The leaves are data, like rows: `pgqueue schema check` leaves them out.)
+SELECT {schema}.retention_create_leaf(p.status, p.lower, p.upper)
+FROM {schema}.retention_plan() p WHERE p.action = 'create';

@@ -468,7 +468,7 @@ def test_maintenance_vacuums_every_queue_table(db_dsn: str, job_factory: JobFact
     last_vacuum = value(
         db_dsn,
         "SELECT last_vacuum FROM pg_stat_user_tables WHERE schemaname = 'pgqueue'"
-        " AND relname = 'jobs'",
+        " AND relname = 'jobs_live'",
     )
     assert last_vacuum is not None
 

@@ -1,5 +1,8 @@
-"""Every dashboard statement reads the jobs table through an index, never a
-sequential scan, on a table shaped like production (mostly finished jobs)."""
+"""Every dashboard statement reads finished jobs through an index, never a
+sequential scan, on a table shaped like production (mostly finished jobs).
+jobs_live holds only the live jobs: a capped count over it may read it
+whole (the planner's choice when most of its rows match), which is bounded
+by the backlog, not by the jobs that ever ran."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ NOW = datetime.now(UTC)
 
 CASES: list[tuple[str, dict[str, Any], set[str]]] = [
     # Overview and queues: app.metrics()'s statements.
-    ("queue_metrics", {"cap": 10_000, "queue": None}, {"jobs_ready_idx"}),
+    ("queue_metrics", {"cap": 10_000, "queue": None}, set()),
     (
         "queue_status_sample",
         {
@@ -26,7 +29,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
             "cap_cancelled": 1_000,
             "cap_succeeded": 1_000,
         },
-        {"jobs_scheduled_idx", "jobs_finished_idx"},
+        {"jobs_finished_idx"},
     ),
     (
         "dashboard_job_list_finished",
@@ -124,9 +127,28 @@ def test_every_dashboard_statement_uses_an_index(busy_table: JobFactory) -> None
         nodes = plan_nodes(document[0]["Plan"])
         for sub in document[0]["Plan"].get("Plans", []):
             nodes += plan_nodes(sub)
-        scans = [n for n in nodes if n.get("Relation Name") == "jobs"]
+        scans = [n for n in nodes if _of_jobs(n.get("Relation Name"))]
         assert scans, name
-        seq = [n for n in scans if n["Node Type"] == "Seq Scan"]
+        seq = [
+            n
+            for n in scans
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") != "jobs_live"
+        ]
         assert not seq, (name, json.dumps(document, indent=1)[:3000])
-        used = {n["Index Name"] for n in nodes if "Index Name" in n}
+        used = {_kind(n["Index Name"]) for n in nodes if "Index Name" in n}
         assert expected <= used, (name, used)
+
+
+def _of_jobs(relation: str | None) -> bool:
+    """jobs_live, or a leaf of a finished partition (jobs_succeeded_default, ...)."""
+    return bool(relation) and relation.startswith("jobs") and relation != "jobs_archive"
+
+
+def _kind(index: str) -> str:
+    """The index of sql/schema.sql a partition's index comes from: a leaf's
+    indexes are named after the leaf (jobs_dead_default_finished_at_queue_idx)."""
+    if "finished_at" in index:
+        return "jobs_finished_idx"
+    if index == "jobs_pkey" or index.endswith("_id_idx"):
+        return "jobs_pkey"
+    return index

@@ -110,10 +110,12 @@ def test_lease_function_uses_the_ready_index(busy_table: JobFactory, db_dsn: str
         used = {n.get("Index Name") for n in nodes if "Index Name" in n}
         assert "jobs_ready_idx" in used, json.dumps(plan, indent=1)
         seq_scans_of_jobs = [
-            n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
+            n
+            for n in nodes
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs_live"
         ]
         assert seq_scans_of_jobs == [], json.dumps(plan, indent=1)
-        assert "jobs" in scanned
+        assert "jobs_live" in scanned
 
 
 def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn: str) -> None:
@@ -139,7 +141,9 @@ def test_cached_lease_plan_survives_a_bulk_load(job_factory: JobFactory, db_dsn:
     for plan in plans:
         nodes = plan_nodes(plan["Plan"])
         seq_scans = [
-            n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs"
+            n
+            for n in nodes
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs_live"
         ]
         assert seq_scans == [], json.dumps(plan, indent=1)
     picking = [p for p in plans if "status = 'queued' AND" in p["Query Text"]]
@@ -227,14 +231,18 @@ def test_ack_probes_the_primary_key_once_per_job(job_factory: JobFactory, db_dsn
 
     assert sorted(acked) == sorted(leased)
     assert states == [("succeeded", 20)]
-    updating = [p for p in plans if "UPDATE" in p["Query Text"] and "finished" in p["Query Text"]]
-    assert updating, f"no plan of the ack's update in {len(plans)} plans"
+    # The ack moves each row (finish_jobs: DELETE from jobs_live, INSERT into jobs).
+    updating = [
+        p for p in plans if "DELETE FROM" in p["Query Text"] and "jobs_live" in p["Query Text"]
+    ]
+    assert updating, f"no plan of the ack's move in {len(plans)} plans"
     for plan in updating:
         nodes = plan_nodes(plan["Plan"])
         used = {n.get("Index Name") for n in nodes if "Index Name" in n}
         assert "jobs_pkey" in used, json.dumps(plan, indent=1)
         assert "jobs_running_idx" not in used, json.dumps(plan, indent=1)
         assert not any(
-            n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") and n.get("Relation Name") == "jobs"
+            n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
+            and n.get("Relation Name") == "jobs_live"
             for n in nodes
         ), json.dumps(plan, indent=1)

@@ -140,10 +140,15 @@ def test_a_finished_job_moves_once_to_its_status_partition(app: pgqueue.App, db_
 def test_a_pass_creates_leaves_ahead_and_drops_those_past_retention(
     app: pgqueue.App, db_dsn: str, later: Any
 ) -> None:
-    app.set_retention(succeeded="1h")
-    first = run_pass(app)
-    assert first.leaves_created == 9  # three per finished status
+    # The migration made the leaves of the default retention (a day: six
+    # hours wide); a shorter one replaces those still empty at once.
     assert len(leaves(db_dsn, "succeeded")) == 4  # three leaves and the default
+    wide = set(leaves(db_dsn, "succeeded"))
+    app.set_retention(succeeded="1h")
+    narrow = set(leaves(db_dsn, "succeeded"))
+    assert len(narrow) == 4
+    assert narrow & wide == {"jobs_succeeded_default"}
+    assert run_pass(app).leaves_created == 0  # nothing new is due yet
     job = app.enqueue("t").job_id
     [leased] = app.lease(None, "w1")
     app.ack(leased)
@@ -203,6 +208,37 @@ def test_each_status_keeps_its_own_retention(app: pgqueue.App, db_dsn: str, late
     assert app.get_job(bad).status == pgqueue.JobStatus.DEAD
 
 
+def test_a_missing_leaf_is_made_again(app: pgqueue.App, db_dsn: str) -> None:
+    """A gap between leaves (a creation skipped on a lock, a leaf dropped by
+    hand) is filled by the next pass, not left to the default leaf."""
+    app.set_retention(succeeded="1h")
+    made = leaves(db_dsn, "succeeded")
+    middle = sorted(made)[1]
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE pgqueue.{middle}")
+    assert run_pass(app).leaves_created == 1
+    assert leaves(db_dsn, "succeeded") == made
+
+
+def test_a_shorter_retention_applies_to_the_leaf_already_in_use(
+    app: pgqueue.App, db_dsn: str, later: Any
+) -> None:
+    """Jobs already in a leaf made for the default day (six hours wide) leave
+    by the new, shorter retention: one by one, until the leaf can go."""
+    job = app.enqueue("t").job_id
+    [leased] = app.lease(None, "w1")
+    app.ack(leased)
+    wide = partition_of(db_dsn, job)
+    app.set_retention(succeeded="1h")
+    assert partition_of(db_dsn, job) == wide  # a leaf holding jobs stays
+    assert app.get_job(job).status == pgqueue.JobStatus.SUCCEEDED
+    assert run_pass(later(timedelta(minutes=30))).jobs == 0
+    done = run_pass(later(timedelta(minutes=90)))
+    assert done.jobs == 1
+    with pytest.raises(pgqueue.JobNotFound):
+        app.get_job(job)
+
+
 def test_rows_finished_while_no_worker_made_leaves_go_one_by_one(
     app: pgqueue.App, db_dsn: str, job_factory: JobFactory
 ) -> None:
@@ -224,11 +260,15 @@ def test_a_leaf_starts_after_rows_a_default_leaf_holds_in_its_range(
     """A finish time no leaf covered went to the default leaf; the leaf made
     afterwards starts after it, so that creating it cannot fail."""
     app.set_retention(succeeded="1h")
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for leaf in leaves(db_dsn, "succeeded"):
+            if leaf != "jobs_succeeded_default":
+                conn.execute(f"DROP TABLE pgqueue.{leaf}")
     job = app.enqueue("t").job_id
     [leased] = app.lease(None, "w1")
     app.ack(leased)
     assert partition_of(db_dsn, job) == "pgqueue.jobs_succeeded_default"
-    assert run_pass(app).leaves_created == 9
+    assert run_pass(app).leaves_created == 3
     assert partition_of(db_dsn, job) == "pgqueue.jobs_succeeded_default"
     second = app.enqueue("t").job_id
     [leased] = app.lease(None, "w1")
@@ -268,7 +308,7 @@ def test_prune_drops_leaves_past_its_cutoff_and_counts_them(
     assert kept.jobs == 0  # 30 days of retention
     ahead = later(timedelta(days=2))
     pruned = ahead.prune("1d")
-    assert pruned["jobs"] == 5
+    assert pruned["archived_jobs"] == 5
     for job_id in ids:
         with pytest.raises(pgqueue.JobNotFound):
             app.get_job(job_id)

@@ -239,6 +239,10 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         # 0012: one job from scalar arguments (the App's single enqueue), and
         # many jobs that differ only in their payload.
         "enqueue_job", "enqueue_payloads",
+        # Retention: the workers' maintenance creates and drops the finished
+        # partitions' leaves as the owner; operators change retention.
+        "retention_plan", "retention_create_leaf", "retention_drop_leaf", "retention_purge",
+        "set_retention", "maintenance_claim", "maintenance_done", "maintenance_release",
     }  # fmt: skip
     for name in definers:
         assert functions[name][1][0] == pinned[0], name

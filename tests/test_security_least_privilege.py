@@ -751,7 +751,7 @@ def test_the_reaper_races_ack_fail_and_extend(app: pgqueue.App, db_dsn: str) -> 
         rows = conn.execute(
             "SELECT j.id, j.status, j.lease_expires_at > now(), count(a.id)"
             " FROM pgqueue.jobs j LEFT JOIN pgqueue.job_attempts a ON a.job_id = j.id"
-            " GROUP BY j.id ORDER BY j.id"
+            " GROUP BY j.id, j.status, j.lease_expires_at ORDER BY j.id"
         ).fetchall()
     assert len(rows) == 60
     for i, (_, status, extended, attempts) in enumerate(rows):

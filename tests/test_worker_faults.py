@@ -325,13 +325,14 @@ def test_an_outcome_the_database_refuses_stops_the_worker_and_the_reaper_recover
     workers: Workers, db_dsn: str
 ) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        # Acks fail with an error no retry can fix (a broken trigger, say).
+        # Acks fail with an error no retry can fix (a broken trigger, say): an
+        # ack moves the job's row into jobs_succeeded.
         conn.execute(
             "CREATE FUNCTION public.refuse_ack() RETURNS trigger LANGUAGE plpgsql"
             " AS $$ BEGIN RAISE EXCEPTION 'acks are refused today'; END $$"
         )
         conn.execute(
-            "CREATE TRIGGER refuse_ack BEFORE UPDATE ON pgqueue.jobs FOR EACH ROW"
+            "CREATE TRIGGER refuse_ack BEFORE INSERT ON pgqueue.jobs FOR EACH ROW"
             " WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION public.refuse_ack()"
         )
     run = FaultRun(workers, db_dsn)

@@ -108,9 +108,10 @@ def prune(
     The workers do this by themselves, by `pgqueue retention` (their
     maintenance); prune runs the same pass now with its own cutoff: it drops
     the time ranges of finished jobs wholly past the cutoff (one statement
-    each, whatever they hold), then deletes attempt records and archived jobs
-    in short batches like archive. Attempts of live jobs are kept. With
-    --json: {"pruned": total, "jobs": j, "attempts": n, "archived_jobs": m}.
+    each, whatever they hold), then deletes attempt records and the archive
+    table's jobs in short batches like archive. Attempts of live jobs are
+    kept. With --json: {"pruned": total, "attempts": n, "archived_jobs": m}
+    (finished jobs count as archived: their row moved when they ended).
 
     Examples:
 
@@ -126,13 +127,13 @@ def prune(
             total = min(total, limit)
         with output.progress("pruning", total, show_bar) as advance:
             deleted = app.prune(cutoff, limit, batch_size, advance)
-    pruned = deleted["jobs"] + deleted["attempts"] + deleted["archived_jobs"]
+    pruned = deleted["attempts"] + deleted["archived_jobs"]
     if as_json:
         output.print_json({"pruned": pruned, **deleted})
     elif not quiet:
         output.info(
-            f"pruned {deleted['jobs']} finished jobs, {deleted['attempts']} attempt records "
-            f"and {deleted['archived_jobs']} archived jobs finished over {older_than} ago"
+            f"pruned {deleted['attempts']} attempt records and "
+            f"{deleted['archived_jobs']} archived jobs finished over {older_than} ago"
         )
 
 

@@ -104,12 +104,13 @@ def prune(
     batch_size: int = 1000,
     progress: Progress | None = None,
 ) -> Op[dict[str, int]]:
-    """Delete finished jobs, attempt records (of jobs no longer live) and
-    archived jobs finished before the cutoff; returns {"jobs": j,
-    "attempts": n, "archived_jobs": m}. Finished jobs go as the workers'
-    retention removes them (:func:`pgqueue.ops.retention.run_pass`): whole
-    time-range leaves past the cutoff, one statement each (``limit`` does not
-    split a leaf), and the rows of the default leaves one by one."""
+    """Delete attempt records (of jobs no longer live) and finished jobs
+    older than the cutoff; returns {"attempts": n, "archived_jobs": m}.
+    Finished jobs are archived when they end (their row moves once, to its
+    status's partition) and go as the workers' retention removes them
+    (:func:`pgqueue.ops.retention.run_pass`): whole time-range leaves past
+    the cutoff, one statement each (``limit`` does not split a leaf), and the
+    rows of the default leaves one by one; then the archive table's rows."""
     params = age(ctx, older_than)
     size = validation.positive_int("batch_size", batch_size, 100_000)
     return _prune_all(ctx, params, _bounded(limit), size, progress)
@@ -122,11 +123,12 @@ def _prune_all(
     size: int,
     progress: Progress | None,
 ) -> Op[dict[str, int]]:
+    # The batches first: a role that may not prune is refused before anything is deleted.
+    rest = yield from _prune(params, limit, size, progress)
     done = yield from retention.run_pass(
         ctx, params["older_than"], count=True, archive=False, progress=progress
     )
-    rest = yield from _prune(params, limit, size, progress)
-    return {"jobs": done.jobs, **rest}
+    return {"attempts": rest["attempts"], "archived_jobs": done.jobs + rest["archived_jobs"]}
 
 
 def prune_count(ctx: OpContext, older_than: str | float | timedelta) -> Op[int]:

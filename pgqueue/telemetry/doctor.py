@@ -551,7 +551,9 @@ def _archive(ctx: OpContext, s: DoctorSettings) -> Op[list[Finding]]:
             "and still stored",
             f"the oldest finished {fmt_span(row['oldest_seconds'] or 0)} ago; workers delete "
             "them (one at a time runs maintenance) unless they run with --no-maintenance",
-            f"run a worker with maintenance, or `{_prune_command(row)}`",
+            f"run a worker with maintenance, or from cron `{_prune_command(row)}` (or "
+            f"`{command(f'archive --older-than {_duration(s.archive_after)}')}` to keep them "
+            "in jobs_archive)",
             waiting=waiting,
         )
     return [backlog, _maintenance(row, s)]

@@ -27,17 +27,25 @@ WITH target AS (
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE
-), updated AS (
-    UPDATE {schema}.jobs j
-    SET status = CASE WHEN t.status = 'running' THEN j.status ELSE 'cancelled' END,
-        finished_at = CASE WHEN t.status = 'running' THEN j.finished_at ELSE now() END,
-        last_error = CASE WHEN t.status = 'running' THEN j.last_error
-                          ELSE coalesce(%(reason)s::text, j.last_error) END,
-        cancel_requested = true
+), asked AS (
+    -- Running: its worker is asked to stop (the attempt ends cancelled).
+    UPDATE {schema}.jobs_live j SET cancel_requested = true
     FROM target t
-    -- (the live statuses name jobs_live to the planner; a cancelled row moves out)
-    WHERE j.status IN ('queued', 'scheduled', 'running', 'waiting') AND j.id = t.id
+    WHERE t.status = 'running' AND j.id = t.id
     RETURNING j.id, j.status, j.notify_finish, j.queue
+), ended AS (
+    -- The others end cancelled now, moved to jobs_cancelled.
+    SELECT e.id, e.status, e.notify_finish, e.queue
+    FROM (SELECT array_agg(t.id) AS ids FROM target t WHERE t.status <> 'running') x
+    CROSS JOIN LATERAL {schema}.finish_jobs(
+        x.ids, '{queued,scheduled,waiting}',
+        array_fill('cancelled'::{schema}.job_status, ARRAY[cardinality(x.ids)]), now(), NULL,
+        array_fill(%(reason)s::text, ARRAY[cardinality(x.ids)])) e
+    WHERE x.ids IS NOT NULL
+), updated AS (
+    SELECT a.id, a.status, a.notify_finish, a.queue FROM asked a
+    UNION ALL
+    SELECT e.id, e.status, e.notify_finish, e.queue FROM ended e
 ), notified AS (
     SELECT count(pg_notify({channel}, CASE WHEN u.status = 'running' THEN 'c:' || u.id
                ELSE {schema}.finished_payload(u.id, u.status, u.queue) END)) AS n
