@@ -87,8 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--soak-maintenance-seconds",
         type=float,
         default=None,
-        help="run the system's periodic maintenance (pgqueue: archive + prune) this "
-        "often during a soak (default 60, quick 20)",
+        help="run the periodic cleanup of systems that need an operator's cron (PgQueuer: "
+        "log pruning; Procrastinate: delete_old_jobs) this often during a soak; pgqueue's "
+        "workers apply retention themselves (default 60, quick 20)",
     )
     p.add_argument(
         "--quiet-wait",
@@ -349,6 +350,14 @@ def _one_line(workload: str, m: dict[str, Any]) -> str:
         "rate_empty",
     ]
     parts = [f"{k}={m[k]:.4g}" for k in keys if isinstance(m.get(k), int | float)]
+    whole = m.get("whole")
+    if isinstance(whole, dict) and whole.get("cpu_us_per_job") is not None:
+        parts.append(
+            f"whole life: {whole['cpu_us_per_job']:.1f} us/job "
+            f"{whole['wal_bytes_per_job']:.0f} B/job"
+        )
+    if m.get("skipped"):
+        parts.append(f"skipped: {m['skipped']}")
     c = m.get("cost")
     if isinstance(c, dict) and "wal_bytes_per_job" in c:
         parts.append(f"wal/job={c['wal_bytes_per_job']:.0f} commits/job={c['commits_per_job']:.3f}")

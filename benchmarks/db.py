@@ -79,15 +79,15 @@ class Server:
             self.drop_db(n)
         return stale
 
-    def wait_no_clients(self, dbname: str, timeout: float = 15.0) -> bool:
-        """Wait until no client backend is connected to ``dbname``: a backend
-        flushes its pending statistics when it exits."""
+    def wait_no_clients(self, dbname: str, timeout: float = 15.0, but: int = 0) -> bool:
+        """Wait until no client backend is connected to ``dbname`` (but the one
+        of pid ``but``): a backend flushes its pending statistics when it exits."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             n = self.one(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = %s AND backend_type = 'client backend'",
-                (dbname,),
+                "WHERE datname = %s AND backend_type = 'client backend' AND pid <> %s",
+                (dbname, but),
             )
             if n == 0:
                 return True

@@ -54,14 +54,39 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("leaf_ack_batch100_2p_cpu_ratio", "... batch 100 CPU 2p", False),
         ("releasing_ack_ratio", "releasing/ordinary ack", False),
     ],
+    "xmin-200k": [
+        ("rate_clean", "clean jobs/s", True),
+        ("rate_held", "held jobs/s", True),
+        ("held_ratio", "held/clean", True),
+        ("server_cpu_us_clean", "PG CPU us/job clean", False),
+        ("server_cpu_us_held", "PG CPU us/job held", False),
+        ("cpu_held_ratio", "PG CPU held/clean", False),
+        ("dead_tuples_end_of_hold", "dead tup end of hold", False),
+    ],
+    "life": [
+        ("whole.cpu_us_per_job", "whole life PG CPU us/job", False),
+        ("whole.wal_bytes_per_job", "whole life WAL B/job", False),
+        ("rate", "drain jobs/s", True),
+        ("phases.cleanup.seconds", "cleanup s", False),
+    ],
     "soak": [
         ("rate", "jobs/s", True),
         ("jobs", "jobs", True),
-        ("size_bytes", "size after", False),
-        ("size_growth", "size last/first quarter", False),
+        ("size_bytes", "jobs size after", False),
+        ("size_growth", "jobs size last/2nd quarter", False),
+        ("all_tables_size_bytes", "all tables after", False),
+        ("size_growth_all_tables", "all last/2nd quarter", False),
         ("dead_tuples", "dead tuples", False),
+        ("all_accounted", "all accounted", True),
     ],
 }
+# The life workload's phases: each its own column pair (CPU, WAL) in a second table.
+LIFE_PHASES = ("enqueue", "drain", "cleanup", "vacuum", "other")
+LIFE_PHASE_HEADLINES: list[tuple[str, str, bool]] = [
+    (f"phases.{ph}.{m}", f"{ph} {unit}", False)
+    for ph in LIFE_PHASES
+    for m, unit in (("cpu_us_per_job", "us"), ("wal_bytes_per_job", "B"))
+]
 DRAIN_HEADLINES: list[tuple[str, str, bool]] = [
     ("rate", "jobs/s", True),
     ("server_cpu_us_per_job", "PG CPU us/job", False),
@@ -93,6 +118,11 @@ RATIO_METRICS = {
     "cost.commits_per_job",
     "server_cpu_us_per_job",
     "worker_cpu_us_per_job",
+    "whole.cpu_us_per_job",
+    "whole.wal_bytes_per_job",
+    "server_cpu_us_clean",
+    "server_cpu_us_held",
+    *(m for m, _, _ in LIFE_PHASE_HEADLINES),
 }
 
 
@@ -108,6 +138,8 @@ def get_path(d: dict[str, Any], path: str) -> float | None:
         if not isinstance(cur, dict) or part not in cur:
             return None
         cur = cur[part]
+    if isinstance(cur, bool):
+        return 1.0 if cur else 0.0
     if isinstance(cur, int | float):
         return float(cur)
     return None
@@ -119,6 +151,8 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     workloads = list(dict.fromkeys(r["workload"] for r in results))
     for w in workloads:
         metrics = [m for m, _, _ in headlines(w)]
+        if w == "life":
+            metrics += [m for m, _, _ in LIFE_PHASE_HEADLINES]
         if w.startswith("drain"):
             metrics += [m for m, _, _ in COST_HEADLINES]
             metrics += [
@@ -158,6 +192,8 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _fmt_metric(path: str, v: float) -> str:
+    if path == "all_accounted":
+        return "yes" if v == 1 else "NO"
     if path.endswith("bytes") or path.endswith("size_bytes") or path == "cost.size_after_bytes":
         return _fmt_bytes(v)
     if path.endswith("ratio") or (path.endswith("_per_job") and v < 10):
@@ -198,6 +234,18 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
             for s, entry in per_sys.items()
         ]
         out.append((w, header, rows))
+        if w == "life":
+            out.append(
+                (
+                    "life: PostgreSQL CPU us and WAL B per job, by phase (other = worker "
+                    "start/stop, connections, polls)",
+                    ["system"] + [t for _, t, _ in LIFE_PHASE_HEADLINES],
+                    [
+                        [s] + [_cell(entry.get(m), m) for m, _, _ in LIFE_PHASE_HEADLINES]
+                        for s, entry in per_sys.items()
+                    ],
+                )
+            )
         if w.startswith("drain"):
             for s, entry in per_sys.items():
                 cost_rows.append(
@@ -305,6 +353,17 @@ TARGETS: list[tuple[str, str, str, str | None, float, str]] = [
     ("deep backlog >= 0.8x empty table", "backlog", "ratio", None, 0.8, "ge"),
     ("held xmin >= 0.65x clean", "xmin", "held_ratio", None, 0.65, "ge"),
     ("after release >= 0.95x clean (recovery)", "xmin", "after_ratio", None, 0.95, "ge"),
+    (
+        "held snapshot, 200k backlog >= 0.9x clean",
+        "xmin-200k",
+        "held_ratio",
+        None,
+        0.9,
+        "ge",
+    ),
+    ("whole-life PG CPU/job <= 2.0x floor", "life", "whole.cpu_us_per_job", "floor", 2.0, "le"),
+    ("whole-life WAL/job <= 1.5x floor", "life", "whole.wal_bytes_per_job", "floor", 1.5, "le"),
+    ("soak: jobs size last/2nd quarter <= 1.15", "soak", "size_growth", None, 1.15, "le"),
 ]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from benchmarks.common import percentile
 from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
 from benchmarks.http import w_http
+from benchmarks.life import w_life
+from benchmarks.soak import w_soak
 from benchmarks.workers import WorkerGroup
 from benchmarks.workflows import w_workflows
 
@@ -35,6 +36,8 @@ class Sizes:
     backlog_front: int = 20_000
     xmin_round: int = 20_000
     xmin_rounds: int = 3
+    held_backlog: int = 200_000  # xmin-200k: the backlog drained with and without a snapshot held
+    life: int = 20_000  # life: jobs enqueued, drained and cleaned up in one window
     soak: int = 500_000  # 0: no job cap, only soak_max_seconds
     soak_chunk: int = 10_000
     soak_max_seconds: float = 300.0
@@ -57,6 +60,8 @@ class Sizes:
             backlog_front=2_000,
             xmin_round=2_000,
             xmin_rounds=2,
+            held_backlog=20_000,
+            life=2_000,
             soak=50_000,
             soak_chunk=5_000,
             soak_max_seconds=60.0,
@@ -98,9 +103,12 @@ def drain(
     target: int,
     upto_id: int | None,
     after_id: int = 0,
+    marks: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """Start ``procs`` worker processes and measure until ``target`` more jobs
-    (among ``after_id < id <= upto_id``) are committed as completed."""
+    (among ``after_id < id <= upto_id``) are committed as completed. ``marks``:
+    called right before *go* and right after the last completion is seen
+    (before the workers stop); its results are ``mark_go`` and ``mark_done``."""
     system = ctx.system
     initial = system.remaining(mon, upto_id, after_id)
     # A previous drain's workers may already have taken a few of these jobs.
@@ -115,6 +123,7 @@ def drain(
     postmaster = cpu.postmaster_pid(mon)
     worker_pids = group.pids()
     cpu0 = cpu1 = cpu.snapshot(postmaster, worker_pids)
+    mark_go = mark_done = marks() if marks is not None else None
     try:
         t0 = group.go()
         interval = 0.002
@@ -148,6 +157,8 @@ def drain(
             cpu.server_seconds(postmaster) if postmaster else 0.0,
             cpu.tree_seconds(worker_pids),
         )
+        if marks is not None:
+            mark_done = marks()
     finally:
         group.stop()
         notes.extend(group.notes)
@@ -165,6 +176,7 @@ def drain(
         "first_completion_seconds": t_first,
         "polls": polls,
         "notes": notes,
+        **({"mark_go": mark_go, "mark_done": mark_done} if marks is not None else {}),
     }
 
 
@@ -428,165 +440,79 @@ def w_xmin(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-class _Maintainer(threading.Thread):
-    """Runs the system's periodic maintenance (what cron would) every ``interval``
-    seconds in its own thread, recording what each run did and how long it took."""
-
-    def __init__(self, fn: Callable[[], dict[str, Any]], interval: float, t0: float) -> None:
-        super().__init__(daemon=True, name="soak-maintenance")
-        self.fn = fn
-        self.interval = interval
-        self.t0 = t0
-        self.runs: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.wait(self.interval):
-            t = time.perf_counter()
-            try:
-                did = self.fn()
-            except Exception as e:  # recorded, the soak goes on
-                self.errors.append(f"{type(e).__name__}: {e}")
-                continue
-            self.runs.append(
-                {"t": round(t - self.t0, 1), "seconds": time.perf_counter() - t, **did}
-            )
-
-
-def _size_sample(dsn: str, t: float, done: int) -> dict[str, Any]:
-    tab = table_stats(dsn)
-    return {
-        "t": round(t, 1),
-        "jobs_done": done,
-        "table_bytes": tab["total"]["table_bytes"],
-        "index_bytes": tab["total"]["index_bytes"],
-        "live_tuples": tab["total"]["n_live_tup"],
-        "dead_tuples": tab["total"]["n_dead_tup"],
-        "tables": {
-            name: {k: t[k] for k in ("table_bytes", "index_bytes", "n_live_tup", "n_dead_tup")}
-            for name, t in tab["tables"].items()
-            if t["table_bytes"] + t["index_bytes"] > 64 * 1024
-        },
-    }
-
-
-def w_soak(ctx: Ctx) -> dict[str, Any]:
-    """Keep 10-20k jobs queued for one worker process until ``sizes.soak`` jobs went
-    through (0: no cap) or ``soak_max_seconds`` passed, sampling table and index
-    sizes every ``soak_sample_seconds`` while the system's periodic maintenance
-    (pgqueue: archive + prune, as cron would) runs beside it."""
-    s = ctx.sizes
-    system = ctx.system
+def _held_drain(ctx: Ctx, mon: psycopg.Connection[Any], n: int, hold: bool) -> dict[str, Any]:
+    """Enqueue a backlog of ``n``, then (``hold``) take a REPEATABLE READ snapshot
+    in another session, and drain the whole backlog with 1 worker process."""
+    m0 = ctx.system.max_job_id(mon)
+    enq_s = enqueue_in_chunks(ctx, n)
+    upto = ctx.system.max_job_id(mon)
+    holder: psycopg.Connection[Any] | None = None
     notes: list[str] = []
-    chunks: list[tuple[int, int]] = []  # (after_id, upto_id) of outstanding chunks
-    enqueued = 0
-    done_before = 0  # jobs in chunks already fully completed
-    rem = 0
-    samples: list[dict[str, Any]] = []
-    cap = s.soak if s.soak > 0 else None
-    maint_fn = system.soak_maintenance()
-    maintainer: _Maintainer | None = None
+    xmin = None
+    if hold:
+        holder = psycopg.connect(ctx.dsn)
+        holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        holder.execute("SELECT count(*) FROM pg_class").fetchone()  # takes the snapshot
+        row = mon.execute(
+            "SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = %s",
+            (holder.info.backend_pid,),
+        ).fetchone()
+        xmin = row[0] if row else None
+        if xmin is None:
+            notes.append("holder session shows no backend_xmin")
+    try:
+        if ctx.system.supports_id_range:
+            res = drain(ctx, mon, 1, n, upto, after_id=m0)
+        else:
+            res = drain(ctx, mon, 1, n, None)
+        # Before the snapshot goes: the dead versions it kept (the workers'
+        # backends have exited, so their statistics are in).
+        tab = table_stats(ctx.dsn)
+    finally:
+        if holder is not None:
+            holder.rollback()
+            holder.close()
+    res["notes"] = [*notes, *res["notes"]]
+    res.update(
+        enqueue_seconds=enq_s,
+        holder_backend_xmin=xmin,
+        dead_tuples_end=tab["total"]["n_dead_tup"],
+        size_after_bytes=tab["total"]["table_bytes"] + tab["total"]["index_bytes"],
+    )
+    return res
+
+
+def w_xmin_backlog(ctx: Ctx) -> dict[str, Any]:
+    """The drain rate of a backlog while a REPEATABLE READ snapshot is held over
+    the whole drain, against the same drain with nothing held (issue #37)."""
+    s = ctx.sizes
+    if ctx.system.slow_drain:
+        return {"skipped": ctx.system.slow_drain}
     with MonitorConnection.connect(ctx.dsn, autocommit=True) as mon:
-        group = WorkerGroup(system.name, ctx.dsn, 1)
-        group.start()
-        try:
-            t0 = group.go()
-            if maint_fn is not None:
-                maintainer = _Maintainer(maint_fn, s.soak_maintenance_seconds, t0)
-                maintainer.start()
-            next_sample = t0
-            while True:
-                group.check_alive()
-                # retire completed chunks from the front
-                while chunks and system.supports_id_range:
-                    a, b = chunks[0]
-                    if system.remaining(mon, b, a) == 0:
-                        done_before += b - a
-                        chunks.pop(0)
-                    else:
-                        break
-                if chunks and system.supports_id_range:
-                    rem = system.remaining(mon, chunks[-1][1], chunks[0][0])
-                elif not system.supports_id_range:
-                    rem = system.remaining(mon, None)
-                else:
-                    rem = 0
-                now = time.perf_counter()
-                elapsed = now - t0
-                if now >= next_sample:
-                    samples.append(_size_sample(ctx.dsn, elapsed, enqueued - rem))
-                    last = samples[-1]
-                    ctx.log(
-                        f"  soak t={elapsed:6.0f}s done={enqueued - rem:>10} "
-                        f"table={last['table_bytes'] / 2**20:8.1f} MiB "
-                        f"index={last['index_bytes'] / 2**20:8.1f} MiB "
-                        f"dead={last['dead_tuples']}"
-                    )
-                    next_sample += s.soak_sample_seconds
-                if cap is not None and enqueued >= cap and rem == 0:
-                    break
-                if elapsed > s.soak_max_seconds:
-                    notes.append(f"stopped at the {s.soak_max_seconds:.0f}s cap")
-                    break
-                if (cap is None or enqueued < cap) and rem < 2 * s.soak_chunk:
-                    k = s.soak_chunk if cap is None else min(s.soak_chunk, cap - enqueued)
-                    a = system.max_job_id(mon)
-                    system.bulk_enqueue(k)
-                    b = system.max_job_id(mon)
-                    chunks.append((a, b))
-                    enqueued += k
-                    continue
-                time.sleep(0.02)
-            elapsed = time.perf_counter() - t0
-        finally:
-            if maintainer is not None:
-                maintainer.halt.set()
-                maintainer.join(timeout=600)
-            group.stop()
-            notes.extend(group.notes)
-            group.cleanup()
-    done = enqueued - rem
-    _quiesce(ctx)
-    time.sleep(1.0)
-    tab = table_stats(ctx.dsn)
-    samples.append(_size_sample(ctx.dsn, elapsed, done))
-    if maintainer is not None:
-        notes.extend(f"maintenance failed: {e}" for e in maintainer.errors[:5])
+        clean = _held_drain(ctx, mon, s.held_backlog, hold=False)
+        # Both drains start from vacuumed tables: what the clean drain left
+        # dead is gone before the second backlog is enqueued.
+        mon.execute("VACUUM")
+        held = _held_drain(ctx, mon, s.held_backlog, hold=True)
+    notes = [*clean.pop("notes"), *held.pop("notes")]
     return {
-        "jobs": done,
-        "seconds": elapsed,
-        "rate": done / elapsed if elapsed else float("nan"),
-        "size_bytes": tab["total"]["table_bytes"] + tab["total"]["index_bytes"],
-        "table_bytes": tab["total"]["table_bytes"],
-        "index_bytes": tab["total"]["index_bytes"],
-        "dead_tuples": tab["total"]["n_dead_tup"],
-        "live_tuples": tab["total"]["n_live_tup"],
-        "autovacuums": tab["total"]["autovacuum_count"],
-        "tables": tab["tables"],
-        **_size_trend(samples),
-        "samples": samples,
-        "maintenance": maintainer.runs if maintainer is not None else [],
+        "backlog": s.held_backlog,
+        "rate_clean": clean["rate"],
+        "rate_held": held["rate"],
+        "held_ratio": held["rate"] / clean["rate"] if clean["rate"] else float("nan"),
+        "server_cpu_us_clean": clean["server_cpu_us_per_job"],
+        "server_cpu_us_held": held["server_cpu_us_per_job"],
+        # steadier than the rates on a shared machine: what the held snapshot
+        # costs the server per job
+        "cpu_held_ratio": (
+            held["server_cpu_us_per_job"] / clean["server_cpu_us_per_job"]
+            if held["server_cpu_us_per_job"] and clean["server_cpu_us_per_job"]
+            else None
+        ),
+        "dead_tuples_end_of_hold": held["dead_tuples_end"],
+        "clean": clean,
+        "held": held,
         "notes": notes,
-    }
-
-
-def _size_trend(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Size growth between the end of the first and the end of the last quarter
-    of the run (after warm-up): flat tables show a ratio near 1."""
-    if len(samples) < 4:
-        return {}
-
-    def size(x: dict[str, Any]) -> int:
-        return int(x["table_bytes"] + x["index_bytes"])
-
-    q = len(samples) // 4
-    early = max(size(x) for x in samples[: q + 1])
-    late = max(size(x) for x in samples[-q - 1 :])
-    return {
-        "size_peak_first_quarter": early,
-        "size_peak_last_quarter": late,
-        "size_growth": late / early if early else float("nan"),
     }
 
 
@@ -600,6 +526,8 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "latency": w_latency,
     "backlog": w_backlog,
     "xmin": w_xmin,
+    "xmin-200k": w_xmin_backlog,
+    "life": w_life,
     "soak": w_soak,
     "dashboard": w_dashboard,
     "http": w_http,

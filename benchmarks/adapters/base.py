@@ -36,6 +36,8 @@ class System(ABC):
     label: ClassVar[str]
     #: True when :meth:`remaining` honours ``upto_id`` with a cheap id-range count
     supports_id_range: ClassVar[bool] = True
+    #: Why deep drains (``xmin-200k``) are skipped for this system, or None.
+    slow_drain: ClassVar[str | None] = None
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -91,11 +93,54 @@ class System(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release producer-side resources."""
 
+    # ---- a job's whole life (the `life` workload) ---------------------------
+    def life_prepare(self) -> dict[str, Any]:
+        """Bring the fresh database to the state of one the system has been
+        running in, before the measured window (pgqueue: the workers'
+        maintenance has made the time-range leaves). Returns what it did."""
+        return {}
+
+    def cleanup_plan(self, mon: psycopg.Connection[Any]) -> Any:
+        """After the drain, outside the measured window: everything the cleanup
+        needs (connections opened, the clock it runs at), so that
+        :meth:`cleanup` measures the cleanup alone."""
+        return None
+
+    def cleanup(self, plan: Any) -> dict[str, Any]:
+        """The system's own removal of the finished jobs, as its documentation
+        has operators (or its workers) run it once their retention has passed.
+        Measured. Returns what it did. Default: nothing to do (completion
+        deletes the row)."""
+        return {"what": "none: completion deletes the row"}
+
+    def finished_storage(self, mon: psycopg.Connection[Any]) -> dict[str, int]:
+        """Rows of finished jobs (and their logs) the system keeps, by table
+        (or partition), for the report of what :meth:`cleanup` removed."""
+        return {}
+
+    # ---- the soak --------------------------------------------------------
+    def soak_prepare(self) -> dict[str, Any]:
+        """Settings applied before a soak (pgqueue: a one-minute retention).
+        Returns what it set."""
+        return {}
+
     def soak_maintenance(self) -> Callable[[], dict[str, Any]] | None:
         """What an operator runs periodically (cron) to keep the tables bounded
         during a long soak, or None when nothing is needed (finished rows are
-        deleted). The callable runs in its own thread with its own connections
-        and returns what it did."""
+        deleted, or the system's workers clean up by themselves). The callable
+        runs in its own thread with its own connections and returns what it did."""
+        return None
+
+    def soak_groups(self) -> dict[str, str]:
+        """Relations whose size (table + indexes, every partition of a
+        partitioned one) the soak samples, by name; the first is the one
+        ``size_growth`` is judged on."""
+        return {}
+
+    def soak_ledger(self) -> Any:
+        """An object that counts finished jobs before the system deletes them
+        (``benchmarks.soak.LeafLedger``), or None: then finished = enqueued -
+        still unfinished, as the runner's polls see it."""
         return None
 
     # ---- worker side (child process) -------------------------------------

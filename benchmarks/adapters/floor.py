@@ -129,6 +129,9 @@ class Floor(System):
     def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
         return serial_last_value(mon, "jobs")
 
+    def soak_groups(self) -> dict[str, str]:
+        return {"jobs": "jobs"}
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
-from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import psycopg
@@ -27,11 +28,11 @@ METRICS = os.environ.get("PGQB_PGQUEUE_METRICS") == "1"
 LOOP = os.environ.get("PGQB_PGQUEUE_LOOP", "auto")
 #: PGQB_PGQUEUE_TUNE_GC=0 runs the workers with tune_gc=False (for a before/after).
 TUNE_GC = os.environ.get("PGQB_PGQUEUE_TUNE_GC", "1") != "0"
-#: The soak's periodic maintenance: archive succeeded jobs finished over a minute
-#: ago, prune archived jobs and attempts over two minutes old.
-SOAK_ARCHIVE_AGE = 60.0
-SOAK_PRUNE_AGE = 120.0
-SOAK_BATCH = 5_000
+#: The soak's retention, for every status: the workers' maintenance drops the
+#: one-minute leaves of finished jobs once a minute has passed their end.
+SOAK_RETENTION = "1m"
+#: The finished partitions (each range-partitioned by finish time into leaves).
+FINISHED = ("succeeded", "dead", "cancelled")
 
 
 def _loop_factory() -> Any:
@@ -87,6 +88,9 @@ class PgQueue(System):
         super().__init__(dsn)
         self._app: Any = None
         self._max_id = 0
+        # An App whose clock the benchmark sets: a maintenance pass "later".
+        self._maint_app: Any = None
+        self._clock_at: datetime | None = None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -119,6 +123,7 @@ class PgQueue(System):
             "event loop": "uvloop" if _loop_factory() is not None else "asyncio",
             "payload json": _json_library(),
             "gc": "tune_gc" if TUNE_GC else "tune_gc=False",
+            "maintenance": "on (worker default): retention applied by the worker",
         }
 
     @property
@@ -157,28 +162,131 @@ class PgQueue(System):
     def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
         return self._max_id
 
-    def soak_maintenance(self) -> Callable[[], dict[str, Any]] | None:
-        """``pgqueue archive --older-than 1m`` then ``pgqueue prune --older-than 2m``,
-        as cron would run them, on an App of their own."""
-        holder: list[Any] = []
-
-        def run() -> dict[str, Any]:
+    # ---- whole life: retention drops the leaves of finished jobs ------------
+    def _maintenance_app(self) -> Any:
+        if self._maint_app is None:
             import pgqueue
 
-            if not holder:
-                holder.append(pgqueue.App(dsn=self.dsn, schema=SCHEMA))
-            app = holder[0]
-            archived = app.archive(older_than=SOAK_ARCHIVE_AGE, batch_size=SOAK_BATCH)
-            pruned = app.prune(older_than=SOAK_PRUNE_AGE, batch_size=SOAK_BATCH)
-            return {"archived": archived, **{f"pruned_{k}": v for k, v in pruned.items()}}
+            # The database honours a passed clock for the schema's owner (the
+            # benchmark's role): the pass runs as if at that time.
+            self._maint_app = pgqueue.App(
+                dsn=self.dsn, schema=SCHEMA, pool_max_size=1, clock=lambda: self._clock_at
+            )
+        return self._maint_app
 
-        return run
+    def _pass_at(self, when: datetime | None) -> dict[str, Any]:
+        """One maintenance pass, as a worker runs it, at ``when`` (None: now)."""
+        from pgqueue.ops import retention
+
+        app = self._maintenance_app()
+        self._clock_at = when
+        done = app.database.run(retention.run_pass(app.op_context))
+        return dataclasses.asdict(done)
+
+    def life_prepare(self) -> dict[str, Any]:
+        """The leaves a running fleet has: a pass now (leaves from the current
+        one on), then the pass a worker runs just before retention reaches the
+        end of the current leaf (it makes the leaves of that time, so that the
+        measured pass does what the one that drops the leaf does: the drop,
+        plus the one leaf creation due at that moment)."""
+        now_pass = self._pass_at(None)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute(
+                f"SELECT upper FROM {SCHEMA}.retention_leaves() WHERE status = 'succeeded'"
+                " AND lower <= now() AND upper > now()"
+            ).fetchone()
+        if row is None:
+            return {"pass_now": now_pass, "note": "no leaf covers now: jobs go to the default leaf"}
+        keep = self.app.get_retention().succeeded
+        before = row[0] + keep - timedelta(microseconds=1)
+        return {
+            "pass_now": now_pass,
+            "pass_before_drop": self._pass_at(before),
+            "clock_before_drop": before.isoformat(),
+        }
+
+    def _finished_rows(self, mon: psycopg.Connection[Any]) -> list[tuple[str, str, int, Any]]:
+        """(leaf, status, rows, last finish) of every finished partition's leaf."""
+        rows = mon.execute(
+            f"""
+            SELECT l.leaf, l.status::text, coalesce(c.n, 0), c.last, l.upper
+            FROM {SCHEMA}.retention_leaves() l
+            LEFT JOIN (SELECT tableoid::regclass::text AS leaf, count(*) AS n,
+                              max(finished_at) AS last
+                       FROM {SCHEMA}.jobs WHERE status IN ('succeeded', 'dead', 'cancelled')
+                       GROUP BY 1) c
+              ON c.leaf IN (l.leaf, '{SCHEMA}.' || l.leaf)
+            ORDER BY l.status, l.lower NULLS FIRST
+            """
+        ).fetchall()
+        return [(str(r[0]), str(r[1]), int(r[2]), (r[3], r[4])) for r in rows]
+
+    def finished_storage(self, mon: psycopg.Connection[Any]) -> dict[str, int]:
+        return {leaf: n for leaf, _, n, _ in self._finished_rows(mon)}
+
+    def cleanup_plan(self, mon: psycopg.Connection[Any]) -> Any:
+        """The clock at which retention has passed every leaf holding a
+        finished job: the end of the last such leaf + its status's retention
+        (a default leaf: its last finish time + retention)."""
+        kept = self._maintenance_app().get_retention()  # opens its connection
+        keep = {s: getattr(kept, s) for s in FINISHED}
+        clock: datetime | None = None
+        holding: dict[str, int] = {}
+        in_default = 0
+        for leaf, status, n, (last, upper) in self._finished_rows(mon):
+            if n == 0:
+                continue
+            holding[leaf] = n
+            if upper is None:  # a default leaf: rows go one by one
+                in_default += n
+                at = last + keep[status] + timedelta(microseconds=1)
+            else:
+                at = upper + keep[status]
+            clock = at if clock is None else max(clock, at)
+        return {"clock": clock, "holding": holding, "in_default_leaves": in_default}
+
+    def cleanup(self, plan: Any) -> dict[str, Any]:
+        """A maintenance pass (what a worker runs every 10 s) at the moment
+        retention has passed the leaves holding these jobs."""
+        done = self._pass_at(plan["clock"])
+        out: dict[str, Any] = {
+            "what": "a retention pass at the end of the jobs' leaf + retention",
+            "clock": plan["clock"].isoformat() if plan["clock"] else None,
+            "leaves_holding_jobs": plan["holding"],
+            **done,
+        }
+        if plan["in_default_leaves"]:
+            out["note"] = (
+                f"{plan['in_default_leaves']} jobs finished into a default leaf "
+                "(no leaf covered their finish time): deleted row by row"
+            )
+        return out
+
+    # ---- soak: no cron, the workers apply a one-minute retention -----------
+    def soak_prepare(self) -> dict[str, Any]:
+        kept = self.app.set_retention(
+            succeeded=SOAK_RETENTION, cancelled=SOAK_RETENTION, dead=SOAK_RETENTION
+        )
+        return {
+            "retention": {s: getattr(kept, s).total_seconds() for s in FINISHED},
+            "maintenance": "the worker's own (run_worker default), no cron",
+        }
+
+    def soak_groups(self) -> dict[str, str]:
+        return {"jobs": f"{SCHEMA}.jobs", "jobs_live": f"{SCHEMA}.jobs_live"}
+
+    def soak_ledger(self) -> Any:
+        from benchmarks.soak import LeafLedger
+
+        return LeafLedger(SCHEMA)
 
     def close(self) -> None:
-        if self._app is not None:
-            with contextlib.suppress(Exception):
-                self._app.close()
-            self._app = None
+        for attr in ("_app", "_maint_app"):
+            app = getattr(self, attr)
+            if app is not None:
+                with contextlib.suppress(Exception):
+                    app.close()
+                setattr(self, attr, None)
 
     @classmethod
     def worker_main(cls, dsn: str, ctl: WorkerControl) -> None:

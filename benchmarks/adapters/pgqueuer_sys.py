@@ -28,6 +28,16 @@ T = TypeVar("T")
 BATCH_SIZE = int(os.environ.get("PGQB_PGQUEUER_BATCH", "500"))
 MANAGERS_PER_PROCESS = int(os.environ.get("PGQB_PGQUEUER_MANAGERS", "4"))
 
+# The cleanup PgQueuer's maintainer recommends (discussion #621, "Safe
+# pruning": a daily schedule deleting aggregated log rows older than a day and
+# statistics older than a week), after the log aggregation its workers run
+# every 30 s (QueueManager log_aggregation_interval). %s: the age kept.
+PRUNE_LOG = "DELETE FROM pgqueuer_log WHERE aggregated AND created < NOW() - INTERVAL '{age}'"
+PRUNE_STATISTICS = "DELETE FROM pgqueuer_statistics WHERE created < NOW() - INTERVAL '{age}'"
+#: The soak's cron: log rows a minute after aggregation, statistics after a week.
+SOAK_LOG_AGE = "1 minute"
+SOAK_STATISTICS_AGE = "7 days"
+
 
 class _PgQueuerBase(System):
     driver_name: ClassVar[str]
@@ -144,6 +154,62 @@ class _PgQueuerBase(System):
 
     def max_job_id(self, mon: psycopg.Connection[Any]) -> int:
         return serial_last_value(mon, "pgqueuer")
+
+    # ---- cleanup ---------------------------------------------------------
+    @staticmethod
+    async def _prune(q: Any, log_age: str, statistics_age: str) -> None:
+        await q.aggregate_logs()
+        await q.driver.execute(PRUNE_LOG.format(age=log_age))
+        await q.driver.execute(PRUNE_STATISTICS.format(age=statistics_age))
+
+    def cleanup_plan(self, mon: psycopg.Connection[Any]) -> Any:
+        return self._q()  # the producer's connection, open already
+
+    def cleanup(self, plan: Any) -> dict[str, Any]:
+        """Once their retention has passed (here: now): fold the log into the
+        statistics, as the workers do every 30 s, then the maintainer's
+        pruning of aggregated log rows and of statistics."""
+        self._run(self._prune(plan, "0 seconds", "0 seconds"))
+        return {
+            "what": "aggregate_logs(), then "
+            + PRUNE_LOG.format(age="0 seconds")
+            + "; "
+            + PRUNE_STATISTICS.format(age="0 seconds"),
+        }
+
+    def finished_storage(self, mon: psycopg.Connection[Any]) -> dict[str, int]:
+        row = mon.execute(
+            "SELECT (SELECT count(*) FROM pgqueuer_log), (SELECT count(*) FROM pgqueuer_statistics)"
+        ).fetchone()
+        assert row is not None
+        return {"pgqueuer_log": int(row[0]), "pgqueuer_statistics": int(row[1])}
+
+    def soak_maintenance(self) -> Any:
+        """The maintainer's pruning as a cron entry: aggregated log rows over a
+        minute old, statistics over a week old (the workers aggregate)."""
+        runner: list[Any] = []
+
+        def run() -> dict[str, Any]:
+            if not runner:
+                runner.append(asyncio.Runner())
+            loop = runner[0]
+
+            async def go() -> None:
+                from pgqueuer.queries import Queries
+
+                driver, conn = await self._connect(self.dsn)
+                try:
+                    await self._prune(Queries(driver), SOAK_LOG_AGE, SOAK_STATISTICS_AGE)
+                finally:
+                    await conn.close()
+
+            loop.run(go())
+            return {"pruned": f"log > {SOAK_LOG_AGE}, statistics > {SOAK_STATISTICS_AGE}"}
+
+        return run
+
+    def soak_groups(self) -> dict[str, str]:
+        return {"jobs": "pgqueuer", "log": "pgqueuer_log", "statistics": "pgqueuer_statistics"}
 
     def close(self) -> None:
         if self._conn is not None:
