@@ -2213,15 +2213,41 @@ DECLARE
                                   ELSE coalesce({schema}.trusted_clock(p_now), now()) END;
 BEGIN
     RETURN QUERY
-    WITH finished AS MATERIALIZED (
-        -- Moved to jobs_succeeded (cancelled when a cancel was requested
-        -- while it ran) if the attempt still holds its lease. A result that
-        -- could not be stored: result NULL, the reason in last_error.
-        SELECT f.id, f.status, f.notify_finish, f.attempt_id, f.attempts, f.worker_id,
-               f.attempt_started_at, f.finished_at, f.queue
-        FROM {schema}.finish_jobs(
-            p_job_ids, '{running}', array_fill('succeeded'::{schema}.job_status, ARRAY[cardinality(p_job_ids)]),
-            v_now, p_attempt_ids, p_result_errors, p_results) f
+    -- finish_jobs' move, written out here: the ack is the hot path, and
+    -- one statement saves the copies of a nested function's result
+    -- (tests/test_storage_layout.py checks that both keep every column).
+    -- A job that is no longer this attempt's (reaped, re-leased) stays.
+    WITH gone AS (
+        DELETE FROM {schema}.jobs_live j
+        USING unnest(p_job_ids, p_attempt_ids, p_result_errors, p_results)
+            AS d(id, attempt_id, error, result)
+        WHERE j.id = d.id AND j.status = 'running' AND j.attempt_id = d.attempt_id
+        RETURNING j.*, j.cancel_requested AS cancelled_running, d.error, d.result AS new_result
+    ), finished AS (
+    -- Moved to jobs_succeeded (cancelled when a cancel was requested
+    -- while it ran) if the attempt still holds its lease. A result that
+    -- could not be stored: result NULL, the reason in last_error.
+    INSERT INTO {schema}.jobs AS n (
+        id, run_at, created_at, priority, max_attempts, lease_seconds, backoff_base,
+        backoff_factor, backoff_max, backoff_jitter, cancel_requested, notify_finish,
+        serial_held, queue, task, payload, dedup_key, serial_key, trace_context, tags, meta,
+        attempt_id, attempt_started_at, lease_expires_at, finished_at, status, attempts,
+        counted, has_dependents, has_records, snoozes, worker_id, last_error, result, progress)
+    SELECT g.id, g.run_at, g.created_at, g.priority, g.max_attempts, g.lease_seconds,
+           g.backoff_base, g.backoff_factor, g.backoff_max, g.backoff_jitter,
+           g.cancel_requested, g.notify_finish, g.serial_held, g.queue, g.task, g.payload,
+           g.dedup_key, g.serial_key, g.trace_context, g.tags, g.meta,
+           g.attempt_id, g.attempt_started_at, NULL, v_now,
+           CASE WHEN g.cancelled_running THEN 'cancelled' ELSE 'succeeded' END::{schema}.job_status,
+           g.attempts, g.counted, g.has_dependents,
+           g.has_records OR g.cancelled_running,
+           g.snoozes, g.worker_id,
+           CASE WHEN g.cancelled_running THEN g.last_error ELSE coalesce(g.error, g.last_error) END,
+           CASE WHEN g.cancelled_running THEN NULL ELSE g.new_result END,
+           g.progress
+    FROM gone g
+    RETURNING n.id, n.status, n.notify_finish, n.attempt_id, n.attempts, n.worker_id,
+              n.attempt_started_at, n.finished_at, n.queue
     ), cancelled_attempts AS (
         INSERT INTO {schema}.job_attempts
             (id, job_id, attempt, outcome, started_at, finished_at, worker_id, error_code, error_message)
@@ -2244,6 +2270,7 @@ BEGIN
     SELECT f.id, f.attempt_id FROM finished f CROSS JOIN notified;
 END;
 $$;
+
 
 CREATE FUNCTION {schema}.ack(job_id bigint, attempt_id bigint, result jsonb DEFAULT NULL::jsonb) RETURNS boolean
     LANGUAGE sql SECURITY DEFINER

@@ -151,3 +151,53 @@ def test_a_requeued_serial_job_behind_a_live_one_is_held(app: pgqueue.App, db_ds
     assert held == {first: False, second: True}
     (again,) = app.lease("default", "w1", max=5)
     assert again.job_id == first
+
+
+def _row(dsn: str, job_id: int) -> dict[str, object]:
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute("SELECT * FROM pgqueue.jobs WHERE id = %s", (job_id,))
+        row = cur.fetchone()
+        assert row is not None and cur.description is not None
+        return {d.name: v for d, v in zip(cur.description, row, strict=True)}
+
+
+#: What a completion sets (has_records: a failure's attempt record); every
+#: other column moves unchanged.
+COMPLETION_WRITES = {
+    "status",
+    "stage",
+    "finished_at",
+    "lease_expires_at",
+    "result",
+    "last_error",
+    "has_records",
+}
+
+
+def test_every_way_a_job_ends_moves_every_column(app: pgqueue.App, db_dsn: str) -> None:
+    """The ack writes its move out (the hot path) and the other ends share
+    finish_jobs: both carry every column of the row into the finished
+    partition, so a column added to jobs and forgotten in one fails here."""
+    spec = {
+        "payload": {"n": 1},
+        "queue": "carried",
+        "priority": 3,
+        "max_attempts": 4,
+        "dedup_key": "d",
+        "tags": ["a", "b"],
+        "meta": {"m": 1},
+    }
+    acked = app.enqueue("t", **spec).job_id  # type: ignore[arg-type]
+    failed = app.enqueue("t", **{**spec, "dedup_key": "e"}).job_id  # type: ignore[arg-type]
+    leased = {j.job_id: j for j in app.lease(["carried"], "w1", max=2)}
+    running = {job_id: _row(db_dsn, job_id) for job_id in (acked, failed)}
+    app.ack(leased[acked], result={"ok": True})
+    app.fail(leased[failed], "boom", permanent=True)
+    for job_id in (acked, failed):
+        ended = _row(db_dsn, job_id)
+        assert ended.keys() == running[job_id].keys()
+        changed = {k for k in ended if ended[k] != running[job_id][k]}
+        assert changed <= COMPLETION_WRITES, changed - COMPLETION_WRITES
+        assert ended["finished_at"] is not None
+    assert _row(db_dsn, acked)["result"] == {"ok": True}
+    assert _row(db_dsn, failed)["status"] == "dead"
