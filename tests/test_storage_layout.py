@@ -157,7 +157,8 @@ def _row(dsn: str, job_id: int) -> dict[str, object]:
     with psycopg.connect(dsn) as conn:
         cur = conn.execute("SELECT * FROM pgqueue.jobs WHERE id = %s", (job_id,))
         row = cur.fetchone()
-        assert row is not None and cur.description is not None
+        assert row is not None
+        assert cur.description is not None
         return {d.name: v for d, v in zip(cur.description, row, strict=True)}
 
 

@@ -253,6 +253,7 @@ def test_every_cancel_path_sends_finished(
     until_fence(events, db_dsn)
     app.cancel(one)
     app.cancel_many([many])  # the CLI's bulk cancel
+
     async def dashboard_selection() -> None:
         await actions.act_on_ids(app, "cancel", [selected])
         # An async pool must close before its event loop ends (psycopg_pool
