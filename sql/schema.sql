@@ -467,19 +467,21 @@ CREATE INDEX jobs_live_tags_idx ON {schema}.jobs_live USING gin (tags) WHERE (ta
 
 -- Finished jobs: by id (get_job, result, dependencies), by finish time
 -- (bounded reads of the newest: dashboard, metrics, task statistics), and
--- partial indexes for the few that need more.
+-- partial indexes for the few that need more. (No INCLUDE columns: a leaf
+-- is never vacuumed for its inserts, so an index-only scan would read the
+-- heap anyway.)
 CREATE INDEX jobs_succeeded_id_idx ON {schema}.jobs_succeeded USING btree (id);
-CREATE INDEX jobs_succeeded_finished_idx ON {schema}.jobs_succeeded USING btree (finished_at) INCLUDE (queue);
+CREATE INDEX jobs_succeeded_finished_idx ON {schema}.jobs_succeeded USING btree (finished_at);
 CREATE INDEX jobs_succeeded_dedup_created_idx ON {schema}.jobs_succeeded USING btree (queue, dedup_key, created_at) WHERE (dedup_key IS NOT NULL);
 CREATE INDEX jobs_succeeded_tags_idx ON {schema}.jobs_succeeded USING gin (tags) WHERE (tags IS NOT NULL);
 CREATE INDEX jobs_succeeded_records_idx ON {schema}.jobs_succeeded USING btree (id) WHERE has_records;
 CREATE INDEX jobs_dead_id_idx ON {schema}.jobs_dead USING btree (id);
-CREATE INDEX jobs_dead_finished_idx ON {schema}.jobs_dead USING btree (finished_at) INCLUDE (queue);
+CREATE INDEX jobs_dead_finished_idx ON {schema}.jobs_dead USING btree (finished_at);
 CREATE INDEX jobs_dead_dedup_created_idx ON {schema}.jobs_dead USING btree (queue, dedup_key, created_at) WHERE (dedup_key IS NOT NULL);
 CREATE INDEX jobs_dead_tags_idx ON {schema}.jobs_dead USING gin (tags) WHERE (tags IS NOT NULL);
 CREATE INDEX jobs_dead_records_idx ON {schema}.jobs_dead USING btree (id) WHERE has_records;
 CREATE INDEX jobs_cancelled_id_idx ON {schema}.jobs_cancelled USING btree (id);
-CREATE INDEX jobs_cancelled_finished_idx ON {schema}.jobs_cancelled USING btree (finished_at) INCLUDE (queue);
+CREATE INDEX jobs_cancelled_finished_idx ON {schema}.jobs_cancelled USING btree (finished_at);
 CREATE INDEX jobs_cancelled_dedup_created_idx ON {schema}.jobs_cancelled USING btree (queue, dedup_key, created_at) WHERE (dedup_key IS NOT NULL);
 CREATE INDEX jobs_cancelled_tags_idx ON {schema}.jobs_cancelled USING gin (tags) WHERE (tags IS NOT NULL);
 CREATE INDEX jobs_cancelled_records_idx ON {schema}.jobs_cancelled USING btree (id) WHERE has_records;

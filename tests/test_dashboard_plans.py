@@ -116,6 +116,16 @@ def busy_table(job_factory: JobFactory) -> JobFactory:
 
 def test_every_dashboard_statement_uses_an_index(busy_table: JobFactory) -> None:
     queries = queries_for("pgqueue")
+    # The leaves made ahead for finish times still to come hold nothing:
+    # reading them whole is reading nothing.
+    empty = {
+        r[0]
+        for r in busy_table.conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid"
+            " WHERE c.relnamespace = 'pgqueue'::regnamespace AND c.relkind = 'r'"
+            " AND c.reltuples = 0"
+        )
+    }
     for name, params, expected in CASES:
         statement = queries[name]  # type: ignore[index]
         conn = busy_table.conn
@@ -132,7 +142,9 @@ def test_every_dashboard_statement_uses_an_index(busy_table: JobFactory) -> None
         seq = [
             n
             for n in scans
-            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") != "jobs_live"
+            if n["Node Type"] == "Seq Scan"
+            and n.get("Relation Name") != "jobs_live"
+            and n.get("Relation Name") not in empty
         ]
         assert not seq, (name, json.dumps(document, indent=1)[:3000])
         used = {_kind(n["Index Name"]) for n in nodes if "Index Name" in n}
