@@ -10,10 +10,12 @@ modules, each on connections of its own:
   operator (``--dry-run``) before they run;
 - :mod:`pgqueue.subscribe`: the App's one LISTEN connection for
   ``app.subscribe()``, held by a thread of its own across event loops;
-- :mod:`pgqueue.http.api`: ``pgqueue serve`` runs each request in a
-  transaction as the caller's database role (``SET LOCAL ROLE``) on a pool
-  of its own, calling the SQL worker API functions (``ack``, ``fail``, ...)
-  so that the database checks each role's privileges.
+
+The HTTP API (``pgqueue serve``) has a Database of its own: each request
+runs in a transaction of :meth:`Database.transaction_async` as the caller's
+database role (``SET LOCAL ROLE``), driving the SQL worker API's operations
+(:mod:`pgqueue.ops.worker_api`) so that the database checks each role's
+privileges.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from pgqueue.connection import (
     ErrorTranslator,
     connection_params,
+    is_stale_session,
     listen_sql,
     migrate_command,
     translated,
@@ -49,7 +52,8 @@ from pgqueue.driver_sync import (
     configure_pooled,
     schema_revision,
 )
-from pgqueue.errors import ConnectionFailed, PoolExhausted, SchemaNotMigrated
+from pgqueue.errors import ConnectionFailed, DatabaseError, PoolExhausted, SchemaNotMigrated
+from pgqueue.ops import roles
 from pgqueue.queries import Queries, channel_for
 from pgqueue.version import SCHEMA_REVISION
 
@@ -230,6 +234,35 @@ class Database(Driver, AsyncDriver):
                 "hold connections for less time"
             )
         return self.translate(failure)
+
+    # --- a transaction as a role (async only: the HTTP API) ---------------------
+
+    @asynccontextmanager
+    async def transaction_async(
+        self, role: str | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in a transaction, run as ``role`` (``SET LOCAL
+        ROLE``) when one is given; hand it to :meth:`run_async`. It commits
+        when the block ends, and rolls back on an error. Errors come translated."""
+        pool = await self.pool_async()
+        try:
+            conn = await pool.getconn()
+        except PoolTimeout as exc:
+            raise self.diagnose(exc, await self._probe_async()) from None
+        try:
+            try:
+                async with conn.transaction():
+                    if role is not None:
+                        await self.run_async(roles.set_local_role(role), conn)
+                    yield conn
+            except psycopg.Error as exc:  # the commit, or the transaction's own statements
+                raise self.translate(exc) from None
+        except DatabaseError as exc:
+            if is_stale_session(exc):
+                await conn.close()
+            raise
+        finally:
+            await pool.putconn(conn)
 
     # --- LISTEN (async only: the worker's listener and subscriptions) ------------
 

@@ -16,14 +16,12 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
-from psycopg import sql
+from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -31,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import pgqueue
-from pgqueue.connection import SESSION_SETUP
+from pgqueue.database import Database
 from pgqueue.errors import (
     ConnectionFailed,
     DatabaseError,
@@ -49,11 +47,13 @@ from pgqueue.http.roles import resolve_roles
 from pgqueue.http.schemas import ApiError
 from pgqueue.http.tokens import RANK, Tokens
 from pgqueue.jsonable import to_jsonable
+from pgqueue.ops import Op, worker_api
 
 if TYPE_CHECKING:
     from pgqueue.app import App
 
 log = logging.getLogger("pgqueue.http")
+T = TypeVar("T")
 
 DEFAULT_MAX_BODY = 1 << 20
 Handler = Callable[[Request], Awaitable[Any]]
@@ -72,6 +72,18 @@ def _role_dsn(dsn: str, role: str) -> str:
     escaped = role.replace("\\", "\\\\").replace(" ", "\\ ")
     options = f"{given.get('options') or ''} -c role={escaped}".strip()
     return make_conninfo(dsn, options=options, application_name="pgqueue-http")
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """A request's transaction, as its token's role: ``run`` drives an
+    operation in it; ``conn`` is for ``conn=`` of the App's enqueue."""
+
+    database: Database
+    conn: AsyncConnection[Any]
+
+    async def run(self, op: Op[T]) -> T:
+        return await self.database.run_async(op, self.conn)
 
 
 class Api:
@@ -100,7 +112,7 @@ class Api:
         self.waiters = Waiters(app)
         self.roles: dict[Kind, str | None] = {}
         self.role_apps: dict[Kind, App] = {}
-        self._pool: AsyncConnectionPool | None = None
+        self._database: Database | None = None
         self._ready = False
         #: The server is shutting down: long polls end now, with no jobs.
         self.stopping = False
@@ -119,24 +131,20 @@ class Api:
         async with self._lock:
             if self._ready:
                 return
-            setup = None if self.app.pooler == "transaction" else SESSION_SETUP
-            pool: AsyncConnectionPool = AsyncConnectionPool(
+            database = Database(
                 make_conninfo(self.app.dsn, application_name="pgqueue-http"),
+                self.app.queries,
                 min_size=1,
                 max_size=self.pool_max_size,
-                kwargs={"autocommit": True},
-                configure=_configure(setup),
-                open=False,
                 timeout=10.0,
+                transaction_pooler=self.app.pooler == "transaction",
             )
-            await pool.open()
             try:
-                async with pool.connection() as conn:
-                    self.roles = await resolve_roles(
-                        conn, self.schema, self.tokens.kinds, self.given_roles
-                    )
+                self.roles = await resolve_roles(
+                    database, self.schema, self.tokens.kinds, self.given_roles
+                )
             except BaseException:
-                await pool.close()
+                await database.close_async()
                 raise
             for kind, role in self.roles.items():
                 if role is not None:
@@ -148,7 +156,7 @@ class Api:
                         listen=False,
                         pooler=self.app.pooler,
                     )
-            self._pool = pool
+            self._database = database
             self._ready = True
 
     def stop_waiting(self) -> None:
@@ -165,29 +173,23 @@ class Api:
         for role_app in self.role_apps.values():
             await role_app.close_async()
         self.role_apps.clear()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._database is not None:
+            await self._database.close_async()
+            self._database = None
         self._ready = False
 
     @contextlib.asynccontextmanager
-    async def transaction(self, kind: Kind) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in a transaction, as the kind's role."""
+    async def transaction(self, kind: Kind) -> AsyncIterator[Transaction]:
+        """A transaction on this server's pool, as the kind's role."""
         await self.start()
-        assert self._pool is not None
-        async with self._pool.connection() as conn, conn.transaction():
-            role = self.roles.get(kind)
-            if role is not None:
-                await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
-            yield conn
+        assert self._database is not None
+        async with self._database.transaction_async(self.roles.get(kind)) as conn:
+            yield Transaction(self._database, conn)
 
     def app_for(self, kind: Kind) -> App:
         """The App whose sessions run as the kind's role (this server's own
         App when the kind has none)."""
         return self.role_apps.get(kind, self.app)
-
-    def fn(self, name: str) -> sql.Identifier:
-        return sql.Identifier(self.schema, name)
 
     # --- requests -----------------------------------------------------------------
 
@@ -228,16 +230,6 @@ class Api:
             raise ApiError(400, "invalid_json", f"the body is not valid JSON: {reason}") from None
 
 
-def _configure(
-    setup: str | None,
-) -> Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]:
-    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-        if setup:
-            await conn.execute(setup)
-
-    return configure
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -263,16 +255,17 @@ def translate(exc: BaseException) -> ApiError | None:
         return ApiError(409, "invalid_state", str(exc))
     if isinstance(exc, InvalidInput):
         return ApiError(422, "invalid_input", str(exc))
-    if isinstance(exc, PermissionDenied | psycopg.errors.InsufficientPrivilege):
-        reason = str(exc).splitlines()[0].split(" (role ")[0]  # the role is the server's user
+    if isinstance(exc, PermissionDenied):
+        # The server's own user and the grant hint are not the caller's business.
+        reason = str(exc).splitlines()[0].split(" (role ")[0].split(": grant the role ")[0]
         return ApiError(403, "forbidden", f"the database role of this token refused: {reason}")
-    if isinstance(exc, ConnectionFailed | PoolTimeout | psycopg.OperationalError):
+    if isinstance(exc, ConnectionFailed):
         return ApiError(503, "unavailable", "the database is unavailable; retry")
     if isinstance(exc, DatabaseError) and exc.transient:
         return ApiError(503, "unavailable", f"retry: {str(exc).splitlines()[0]}")
-    if isinstance(exc, psycopg.Error | DatabaseError):
-        state = getattr(exc, "sqlstate", None) or ""
-        if state.startswith(("22", "23")) or isinstance(exc, psycopg.DataError):  # the input
+    if isinstance(exc, DatabaseError):
+        state = exc.sqlstate or ""
+        if state.startswith(("22", "23")):  # the input
             return ApiError(422, "invalid_input", str(exc).splitlines()[0])
         if state.startswith(("40", "55", "57", "53")):
             return ApiError(503, "unavailable", f"retry: {str(exc).splitlines()[0]}")
@@ -317,9 +310,9 @@ def _enqueued(body: dict[str, Any], created: bool) -> JSONResponse:
 async def enqueue(api: Api, request: Request) -> JSONResponse:
     kind = api.authenticate(request, "producer")
     job = schemas.ENQUEUE.parse(await api.body(request))
-    async with api.transaction(kind) as conn:
+    async with api.transaction(kind) as tx:
         done = await api.app.enqueue_async(
-            job["task"], job["payload"], conn=conn, **enqueue_options(job)
+            job["task"], job["payload"], conn=tx.conn, **enqueue_options(job)
         )
     return _enqueued({"job_id": done.job_id, "created": done.created}, done.created)
 
@@ -330,8 +323,8 @@ async def enqueue_batch(api: Api, request: Request) -> JSONResponse:
     specs = [pgqueue.JobSpec(job["task"], job["payload"], **enqueue_options(job)) for job in jobs]
     if not specs:
         return _enqueued({"job_ids": [], "created": []}, False)
-    async with api.transaction(kind) as conn:  # all or nothing
-        done = await api.app.enqueue_many_async(specs, conn=conn)
+    async with api.transaction(kind) as tx:  # all or nothing
+        done = await api.app.enqueue_many_async(specs, conn=tx.conn)
     created = [d.created for d in done]
     return _enqueued({"job_ids": [d.job_id for d in done], "created": created}, any(created))
 
@@ -422,63 +415,40 @@ async def lease(api: Api, request: Request) -> dict[str, Any]:
 async def _lease_once(
     api: Api, kind: Kind, queue: str, worker_id: str, count: int, seconds: int | None
 ) -> list[dict[str, Any]]:
-    async with api.transaction(kind) as conn:
-        rows = await (
-            await conn.execute(
-                sql.SQL(
-                    "SELECT job_id, attempt_id, attempt, task, payload, lease_expires_at"
-                    " FROM {}(ARRAY[%s]::text[], %s, %s)"
-                ).format(api.fn("lease")),
-                (queue, worker_id, count),
-            )
-        ).fetchall()
-        jobs = [
-            {"job_id": r[0], "attempt_id": r[1], "attempt": r[2], "task": r[3],
-             "payload": r[4], "lease_expires_at": r[5]}
-            for r in rows
-        ]  # fmt: skip
+    async with api.transaction(kind) as tx:
+        jobs = await tx.run(worker_api.lease(queue, worker_id, count))
         if jobs and seconds is not None:
             # extend() sets the lease to now() + seconds: now() is this transaction's start.
-            extended = await (
-                await conn.execute(
-                    sql.SQL(
-                        "SELECT t.job_id, now() + make_interval(secs => %s)"
-                        " FROM unnest(%s::bigint[], %s::bigint[]) AS t(job_id, attempt_id)"
-                        " WHERE {}(t.job_id, t.attempt_id, %s)"
-                    ).format(api.fn("extend")),
-                    (seconds, [j["job_id"] for j in jobs], [j["attempt_id"] for j in jobs],
-                     seconds),
+            expiry = await tx.run(
+                worker_api.extend_many(
+                    [j["job_id"] for j in jobs], [j["attempt_id"] for j in jobs], seconds
                 )
-            ).fetchall()  # fmt: skip
-            expiry = dict(extended)
+            )
             for job in jobs:
                 job["lease_expires_at"] = expiry.get(job["job_id"], job["lease_expires_at"])
     return jobs
 
 
-async def _stale(conn: psycopg.AsyncConnection[Any], api: Api, job_id: int) -> ApiError:
+async def _stale(tx: Transaction, job_id: int) -> ApiError:
     """404 for an unknown job, else 409 lease_lost."""
-    row = await (
-        await conn.execute(
-            sql.SQL("SELECT status FROM {}(%s)").format(api.fn("job_status")), (job_id,)
-        )
-    ).fetchone()
-    if row is None:
+    state = await tx.run(worker_api.job_state(job_id))
+    if state is None:
         return ApiError(404, "job_not_found", f"job {job_id} does not exist")
     return ApiError(
         409,
         "lease_lost",
-        f"job {job_id} is not held under this attempt_id (it is {row[0]}): nothing changed",
+        f"job {job_id} is not held under this attempt_id (it is {state.status}): nothing changed",
     )
 
 
-def _result(api: Api, value: Any, field: str) -> Jsonb | None:
+def _result(api: Api, value: Any, field: str) -> str | None:
+    """The JSON text of a result (None: no result); 422 past the App's limit."""
     if value is None:
         return None
     size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     if size > api.app.max_result_bytes:
         raise schemas.invalid(field, f"is {size} bytes of JSON; at most {api.app.max_result_bytes}")
-    return Jsonb(value)
+    return json.dumps(value)
 
 
 async def ack(api: Api, request: Request) -> dict[str, Any]:
@@ -486,15 +456,9 @@ async def ack(api: Api, request: Request) -> dict[str, Any]:
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.ACK.parse(await api.body(request))
     result = _result(api, body["result"], "result")
-    async with api.transaction(kind) as conn:
-        row = await (
-            await conn.execute(
-                sql.SQL("SELECT {}(%s, %s, %s::jsonb)").format(api.fn("ack")),
-                (job_id, body["attempt_id"], result),
-            )
-        ).fetchone()
-        if not (row and row[0]):
-            raise await _stale(conn, api, job_id)
+    async with api.transaction(kind) as tx:
+        if not await tx.run(worker_api.ack(job_id, body["attempt_id"], result)):
+            raise await _stale(tx, job_id)
     return {"job_id": job_id, "acked": True}
 
 
@@ -503,27 +467,23 @@ async def fail(api: Api, request: Request) -> dict[str, Any]:
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.FAIL.parse(await api.body(request))
     error = body["error"].replace("\x00", "\ufffd")  # text columns hold no NUL
-    params = (job_id, body["attempt_id"], error, body["retry_at"], bool(body["permanent"]))
-    async with api.transaction(kind) as conn:
-        query = sql.SQL("SELECT {}(%s, %s, %s, %s, %s)").format(api.fn("fail"))
-        row = await (await conn.execute(query, params)).fetchone()
-        if not (row and row[0]):
-            raise await _stale(conn, api, job_id)
-    return {"job_id": job_id, "status": row[0]}
+    op = worker_api.fail(
+        job_id, body["attempt_id"], error, body["retry_at"], bool(body["permanent"])
+    )
+    async with api.transaction(kind) as tx:
+        status = await tx.run(op)
+        if status is None:
+            raise await _stale(tx, job_id)
+    return {"job_id": job_id, "status": status}
 
 
 async def nack(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.NACK.parse(await api.body(request))
-    async with api.transaction(kind) as conn:
-        row = await (
-            await conn.execute(
-                sql.SQL("SELECT {}(%s, %s)").format(api.fn("nack")), (job_id, body["attempt_id"])
-            )
-        ).fetchone()
-        if not (row and row[0]):
-            raise await _stale(conn, api, job_id)
+    async with api.transaction(kind) as tx:
+        if not await tx.run(worker_api.nack(job_id, body["attempt_id"])):
+            raise await _stale(tx, job_id)
     return {"job_id": job_id, "status": "queued"}
 
 
@@ -531,27 +491,15 @@ async def extend(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.EXTEND.parse(await api.body(request))
-    async with api.transaction(kind) as conn:
-        row = await (
-            await conn.execute(
-                sql.SQL("SELECT {}(%s, %s, %s), now() + make_interval(secs => %s)").format(
-                    api.fn("extend")
-                ),
-                (job_id, body["attempt_id"], body["seconds"], body["seconds"]),
-            )
-        ).fetchone()
-        if not (row and row[0]):
-            raise await _stale(conn, api, job_id)
-        status = await (
-            await conn.execute(
-                sql.SQL("SELECT cancel_requested FROM {}(%s)").format(api.fn("job_status")),
-                (job_id,),
-            )
-        ).fetchone()
+    async with api.transaction(kind) as tx:
+        expires = await tx.run(worker_api.extend(job_id, body["attempt_id"], body["seconds"]))
+        if expires is None:
+            raise await _stale(tx, job_id)
+        state = await tx.run(worker_api.job_state(job_id))
     return {
         "extended": True,
-        "lease_expires_at": row[1],
-        "cancel_requested": bool(status and status[0]),
+        "lease_expires_at": expires,
+        "cancel_requested": bool(state and state.cancel_requested),
     }
 
 
@@ -561,21 +509,8 @@ async def ack_many(api: Api, request: Request) -> dict[str, Any]:
     job_ids = [a["job_id"] for a in acks]
     attempt_ids = [a["attempt_id"] for a in acks]
     results = [_result(api, a["result"], f"acks[{i}].result") for i, a in enumerate(acks)]
-    async with api.transaction(kind) as conn:
-        if all(r is None for r in results):
-            query = sql.SQL("SELECT job_id FROM {}(%s::bigint[], %s::bigint[])").format(
-                api.fn("ack_many")
-            )
-            params: tuple[Any, ...] = (job_ids, attempt_ids)
-        else:  # with results: still one statement, each pair fenced by ack()
-            query = sql.SQL(
-                "SELECT t.job_id FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[])"
-                " WITH ORDINALITY AS t(job_id, attempt_id, result, n)"
-                " WHERE {}(t.job_id, t.attempt_id, t.result) ORDER BY t.n"
-            ).format(api.fn("ack"))
-            params = (job_ids, attempt_ids, results)
-        rows = await (await conn.execute(query, params)).fetchall()
-    held = {r[0] for r in rows}
+    async with api.transaction(kind) as tx:  # one statement, each pair fenced
+        held = await tx.run(worker_api.ack_many(job_ids, attempt_ids, results))
     acked = [j for j in dict.fromkeys(job_ids) if j in held]
     return {"acked": acked, "lease_lost": [j for j in job_ids if j not in held]}
 

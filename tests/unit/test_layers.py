@@ -144,7 +144,7 @@ def outside_the_database_layer(roots: dict[str, Path], allowed: frozenset[str]) 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="not yet moved into the drivers: http/api.py, http/roles.py, grants.py, "
+    reason="not yet moved into the drivers: grants.py, "
     "schema.py, subscribe.py, migrate.py, cli errors.py",
 )
 def test_only_the_database_layer_runs_sql_or_handles_psycopg_errors() -> None:
