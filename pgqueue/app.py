@@ -254,7 +254,6 @@ class App(AppOperations, AsyncAppOperations):
             self._hub = Hub(
                 self.listen_dsn,
                 self.queries,
-                self.listen_database.translate,
                 "cannot LISTEN: "
                 + (
                     "a transaction-mode pooler (pooler='transaction') does not keep "

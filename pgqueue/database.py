@@ -1,32 +1,37 @@
 """The database of one App: its two connection pools and the drivers over them.
 
-The library's SQL executes in the drivers (:mod:`pgqueue.driver_async`, and
-:mod:`pgqueue.driver_sync` generated from it) and nowhere else but in four
-modules, each on connections of its own:
+This module, the drivers (:mod:`pgqueue.driver_async`, and
+:mod:`pgqueue.driver_sync` generated from it) and :mod:`pgqueue.connection`
+(error translation) are the database layer: the library's SQL executes here
+and nowhere else, and only here are psycopg's errors seen; everything above
+gets :mod:`pgqueue.errors` (``tests/unit/test_layers.py`` holds it). A part
+that needs a connection of its own gets it from a :class:`Database` too and
+runs named statements on it through the driver:
 
-- :mod:`pgqueue.migrate`: Alembic runs the schema's migrations (DDL in one
-  transaction, under Alembic's own connection handling);
-- :mod:`pgqueue.grants`: GRANT statements built for a role, shown to an
-  operator (``--dry-run``) before they run;
+- the HTTP API (``pgqueue serve``) has a Database of its own: each request
+  runs in a transaction of :meth:`Database.transaction_async` as the
+  caller's database role (``SET LOCAL ROLE``), driving the SQL worker API's
+  operations (:mod:`pgqueue.ops.worker_api`) so that the database checks
+  each role's privileges;
 - :mod:`pgqueue.subscribe`: the App's one LISTEN connection for
-  ``app.subscribe()``, held by a thread of its own across event loops;
-
-The HTTP API (``pgqueue serve``) has a Database of its own: each request
-runs in a transaction of :meth:`Database.transaction_async` as the caller's
-database role (``SET LOCAL ROLE``), driving the SQL worker API's operations
-(:mod:`pgqueue.ops.worker_api`) so that the database checks each role's
-privileges.
-"""
+  ``app.subscribe()``, held by a thread of its own across event loops
+  (:meth:`Database.listen`, :meth:`Database.notifications`);
+- :mod:`pgqueue.grants`: its reads are named statements; the GRANTs it
+  composes for one role and kind (shown to an operator first with
+  ``--dry-run``) run through :meth:`Database.run_composed`;
+- :mod:`pgqueue.migrate`: Alembic runs the schema's migrations on its own
+  connection; the shipped SQL files they apply run through :func:`run_script`."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from pgqueue.connection import (
@@ -67,6 +72,14 @@ def read_revision(dsn: str, schema: str) -> str | None:
         return schema_revision(conn, schema)
 
 
+def run_script(conn: psycopg.Connection[Any], text: str | bytes) -> None:
+    """Run a shipped SQL file's text (the schema, a revision's SQL) on
+    ``conn`` as it is, in one round trip: it holds many statements, and
+    ``%`` in plpgsql format strings that a parameter parser would mangle.
+    Errors are the caller's to translate (a migration's, under Alembic)."""
+    conn.execute(text)
+
+
 def discard_async_pool(
     pool: AsyncConnectionPool[Any], loop: asyncio.AbstractEventLoop | None
 ) -> None:
@@ -100,6 +113,7 @@ class Database(Driver, AsyncDriver):
         max_size: int = 10,
         timeout: float = 10.0,
         transaction_pooler: bool = False,
+        permission_hint: str | None = None,
     ) -> None:
         self.dsn = connection_params(dsn)
         # Behind a transaction pooler a prepared statement would live in one
@@ -110,7 +124,7 @@ class Database(Driver, AsyncDriver):
         self.transaction_pooler = transaction_pooler
         self.queries = queries
         self.schema = queries.schema
-        self.translate = ErrorTranslator(self.schema, dsn)
+        self.translate = ErrorTranslator(self.schema, dsn, permission_hint)
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = timeout
@@ -234,6 +248,50 @@ class Database(Driver, AsyncDriver):
                 "hold connections for less time"
             )
         return self.translate(failure)
+
+    # --- SQL that no named statement can hold (sync: grant, migrate, schema dump) ---
+
+    def run_composed(
+        self, conn: psycopg.Connection[Any], statements: Sequence[sql.Composed]
+    ) -> list[str]:
+        """Run ``statements`` on ``conn`` in order: statements composed for
+        one case with their identifiers quoted by psycopg (the GRANTs of
+        ``pgqueue grant`` for one role and kind). Returns the WARNINGs the
+        server sent meanwhile (a GRANT the role may not pass on only warns)."""
+        warnings: list[str] = []
+
+        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
+            if diagnostic.severity_nonlocalized == "WARNING":
+                warnings.append(diagnostic.message_primary or "")
+
+        conn.add_notice_handler(collect)
+        try:
+            for statement in statements:
+                conn.execute(statement)
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+        finally:
+            conn.remove_notice_handler(collect)
+        return warnings
+
+    # --- LISTEN on a thread of its own (sync: app.subscribe()'s event stream) -----
+
+    def listen(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on the schema's channel on ``conn``, a dedicated connection
+        (until it closes)."""
+        try:
+            conn.execute(listen_sql(self.schema))
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+
+    def notifications(self, conn: psycopg.Connection[Any], timeout: float) -> Iterator[str]:
+        """The payloads of the notifications that arrive on ``conn`` within
+        ``timeout`` seconds. Errors come translated."""
+        try:
+            for note in conn.notifies(timeout=timeout):
+                yield note.payload
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
 
     # --- a transaction as a role (async only: the HTTP API) ---------------------
 

@@ -45,14 +45,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-import psycopg
-from psycopg import sql
+from psycopg import Connection, sql
 
 from pgqueue import validation
 from pgqueue.commands import program
 from pgqueue.config import resolve_dsn
-from pgqueue.connection import ErrorTranslator, connection_params, migrate_command, translated
+from pgqueue.connection import migrate_command, translated
+from pgqueue.database import Database
 from pgqueue.errors import InvalidName, InvalidOption, PermissionDenied, SchemaNotMigrated
+from pgqueue.ops import roles as roles_ops
+from pgqueue.queries import queries_for
 from pgqueue.version import SCHEMA_REVISION
 
 __all__ = ["KINDS", "Kind", "grant", "grant_statements", "reapply", "role_name"]
@@ -209,38 +211,29 @@ def _record(schema: str, role: str, kind: Kind) -> sql.Composed:
     ).format(sql.Identifier(schema, "role_grants"), sql.Literal(role), sql.Literal(kind))
 
 
-def reapply(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+def reapply(dsn: str, schema: str) -> list[str]:
     """Grant every recorded role its kind again on ``schema`` (after a
     migration), as the connecting role (the one that migrated), in one
     transaction. Roles dropped since are forgotten. Returns the roles."""
     schema = validation.schema_name(schema)
-    found = conn.execute(
-        "SELECT to_regclass(format('%%I.role_grants', %s::text)) IS NOT NULL", (schema,)
-    ).fetchone()
-    if not found or not found[0]:
-        return []  # before revision 0005: nothing recorded
-    table = sql.Identifier(schema, "role_grants")
-    owner = conn.execute(
-        "SELECT r.rolname, r.rolsuper FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner"
-        " WHERE n.nspname = %s",
-        (schema,),
-    ).fetchone()
-    assert owner is not None
-    done: list[str] = []
-    with conn.transaction():
-        conn.execute(
-            sql.SQL("DELETE FROM {} g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r"
-                    " WHERE r.rolname = g.role)").format(table)
-        )  # fmt: skip
-        rows = conn.execute(sql.SQL("SELECT role, kind FROM {} ORDER BY role").format(table))
-        for role, kind in rows.fetchall():
-            try:
-                role_name(role)
-            except InvalidName:
-                continue  # not one pgqueue grant would have made
-            for statement in grant_statements(role, kind, schema, Owner(owner[0], owner[1])):
-                conn.execute(statement)
-            done.append(role)
+    database = Database(dsn, queries_for(schema))
+    with translated(database.translate), database.connect() as conn:
+        if not database.run(roles_ops.records_grants(schema), conn):
+            return []  # before revision 0005: nothing recorded
+        owner = database.run(roles_ops.schema_owner(schema), conn)
+        assert owner is not None
+        done: list[str] = []
+        with conn.transaction():
+            database.run(roles_ops.forget_dropped_grants(), conn)
+            for role, kind in database.run(roles_ops.all_grants(), conn):
+                try:
+                    role_name(role)
+                except InvalidName:
+                    continue  # not one pgqueue grant would have made
+                database.run_composed(
+                    conn, grant_statements(role, kind_name(kind), schema, Owner(*owner))
+                )
+                done.append(role)
     return done
 
 
@@ -299,13 +292,13 @@ def grant(
         raise InvalidOption("login=True goes with create=True (an existing role is left as it is)")
     target = resolve_dsn(dsn)
     hint = f'run {program()} grant as the owner of schema "{schema}" or a superuser'
-    translate = ErrorTranslator(
-        schema,
+    database = Database(
         target,
+        queries_for(schema),
         permission_hint=hint + (" (creating a role needs CREATEROLE)" if create else ""),
     )
-    with translated(translate), psycopg.connect(connection_params(target)) as conn:
-        exists, owner = _check(conn, role, schema, create=create)
+    with translated(database.translate), database.connect() as conn:
+        exists, owner = _check(database, conn, role, schema, create=create)
         statements = grant_statements(role, known, schema, owner)
         if not exists:
             statements.insert(0, _create_role(role, login=login))
@@ -315,59 +308,41 @@ def grant(
             *(f"{statement.as_string(conn)};" for statement in statements),
         ]
         if not dry_run:
-            _execute(conn, statements, schema)
+            _execute(database, conn, statements, schema)
     return text
 
 
 def _check(
-    conn: psycopg.Connection[Any], role: str, schema: str, *, create: bool
+    database: Database, conn: Connection[Any], role: str, schema: str, *, create: bool
 ) -> tuple[bool, Owner]:
     """Whether the role exists (it must, unless ``create``) and the schema's
     owner, once the schema is at this version."""
-    exists = (
-        conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is not None
-    )
+    exists = database.run(roles_ops.may_become(role), conn) is not None
     if not exists and not create:
         raise InvalidName(
             f'role "{role}" does not exist: create it first (CREATE ROLE "{role}" LOGIN; '
             "NOLOGIN for a role that login roles are granted), or pass --create "
             "(create=True in Python) to create it with the grant"
         )
-    row = conn.execute(
-        "SELECT r.rolname, r.rolsuper, to_regclass(format('%%I.alembic_version', n.nspname))"
-        " IS NOT NULL FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner"
-        " WHERE n.nspname = %s",
-        (schema,),
-    ).fetchone()
-    revision = None
-    if row is not None and row[2]:
-        version = conn.execute(
-            sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
-        ).fetchone()
-        revision = version[0] if version else None
-    if row is None or revision != SCHEMA_REVISION:
+    owner = database.run(roles_ops.schema_owner(schema), conn)
+    revision = None if owner is None else database.revision(conn)
+    if owner is None or revision != SCHEMA_REVISION:
         state = "is not migrated" if revision is None else f"is at revision {revision}"
         raise SchemaNotMigrated(
             f'schema "{schema}" {state}; this pgqueue grants on revision {SCHEMA_REVISION}: '
             f"run `{migrate_command(schema)}` first"
         )
-    return exists, Owner(row[0], row[1])
+    return exists, Owner(*owner)
 
 
-def _execute(conn: psycopg.Connection[Any], statements: list[sql.Composed], schema: str) -> None:
+def _execute(
+    database: Database, conn: Connection[Any], statements: list[sql.Composed], schema: str
+) -> None:
     """Run the statements in one transaction. A GRANT of privileges the
     connecting role cannot pass on succeeds with a WARNING and grants nothing
     (or part): such warnings roll everything back."""
-    warnings: list[str] = []
-
-    def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-        if diagnostic.severity_nonlocalized == "WARNING":
-            warnings.append(diagnostic.message_primary or "")
-
-    conn.add_notice_handler(collect)
     with conn.transaction():
-        for statement in statements:
-            conn.execute(statement)
+        warnings = database.run_composed(conn, statements)
         if warnings:
             raise PermissionDenied(
                 f'this role may not grant every privilege on schema "{schema}" '

@@ -62,12 +62,9 @@ def upgrade(
 def _reapply_grants(dsn: str | None, schema: str) -> None:
     """Grant the roles recorded by ``pgqueue grant`` their kind again, so that
     the objects of the revisions just applied are covered too."""
-    import psycopg
-
     from pgqueue.grants import reapply
 
-    with psycopg.connect(resolve_dsn(dsn), autocommit=True) as conn:
-        reapply(conn, validation.schema_name(schema))
+    reapply(resolve_dsn(dsn), validation.schema_name(schema))
 
 
 def downgrade(dsn: str | None = None, schema: str = "pgqueue", revision: str = "base") -> None:
@@ -126,4 +123,6 @@ def run_migration_file(filename: str) -> None:
     if context.is_offline_mode():
         op.get_context().impl.static_output(text.strip() + "\n")
     else:
-        op.get_bind().connection.driver_connection.execute(text)  # type: ignore[union-attr]
+        from pgqueue.database import run_script
+
+        run_script(op.get_bind().connection.driver_connection, text)  # type: ignore[arg-type]

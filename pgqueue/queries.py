@@ -118,6 +118,8 @@ QueryName = Literal[
     "queue_delete",
     "schema_summary",
     "schema_drop",
+    "schema_drop_scratch",
+    "schema_create",
     "job_became_due",
     # sql/queries/testing.sql (pgqueue.testing.drain)
     "drain_clock",
@@ -139,12 +141,16 @@ QueryName = Literal[
     "doctor_connections",
     "doctor_backend",
     "doctor_archive_backlog",
-    # sql/queries/http.sql (pgqueue.http: roles and the SQL worker API)
+    # sql/queries/roles.sql (pgqueue.grants, pgqueue.http)
     "role_set_local",
     "role_current_user",
     "role_membership",
     "role_grants_present",
     "role_grants_latest",
+    "role_grants_all",
+    "role_grants_forget_dropped",
+    "schema_owner",
+    # sql/queries/http.sql (the SQL worker API of pgqueue.http)
     "worker_api_lease",
     "worker_api_extend_many",
     "worker_api_extend",

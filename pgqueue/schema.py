@@ -27,12 +27,13 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
 from psycopg import sql
 
 from pgqueue._resources import sql_dir
 from pgqueue.config import resolve_dsn
-from pgqueue.queries import channel_for, render
+from pgqueue.database import Database, run_script
+from pgqueue.ops import operator
+from pgqueue.queries import channel_for, queries_for, render
 
 __all__ = ["canonical", "dump", "dump_file", "dump_head", "pg_dump_path", "schema_file"]
 
@@ -116,8 +117,9 @@ def _scratch(dsn: str, build: Callable[[str], object]) -> str:
         build(schema)
         return dump(dsn, schema)
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        database = Database(dsn, queries_for(schema))
+        with database.connect() as conn:
+            database.run(operator.drop_scratch_schema(), conn)
 
 
 def dump_head(dsn: str) -> str:
@@ -132,9 +134,10 @@ def dump_file(dsn: str) -> str:
 
     def build(schema: str) -> None:
         text = render(schema_file().read_text(encoding="utf-8"), schema)
-        with psycopg.connect(dsn) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            conn.execute(text.encode())
+        database = Database(dsn, queries_for(schema))
+        with database.connect() as conn, conn.transaction():
+            database.run(operator.create_schema(), conn)
+            run_script(conn, text.encode())
 
     return _scratch(dsn, build)
 

@@ -36,14 +36,15 @@ from typing import Any, Self
 
 import psycopg
 import structlog
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgqueue import validation
 from pgqueue.connection import connection_params
-from pgqueue.errors import DatabaseError, InvalidOption, ListenUnavailable
+from pgqueue.database import Database
+from pgqueue.errors import DatabaseError, InvalidOption, ListenUnavailable, PermissionDenied
 from pgqueue.events import RESYNC, JobEvent, parse
-from pgqueue.queries import Queries, channel_for
+from pgqueue.ops import events as events_ops
+from pgqueue.queries import Queries
 from pgqueue.worker.listener import KEEPALIVE, RECONNECT_BACKOFF
 
 log = structlog.get_logger("pgqueue.subscribe")
@@ -59,8 +60,6 @@ DUE_RECHECK_MIN = 0.05
 #: committed is due when first seen: rechecks after 'w:' look back this far.
 DUE_LOOKBACK = timedelta(seconds=2)
 DUE_BATCH = 1000  # keep equal to the LIMIT of job_became_due
-
-Translate = Callable[[BaseException], BaseException]
 
 
 def queue_filter(queues: str | Iterable[str] | None) -> frozenset[str] | None:
@@ -128,14 +127,11 @@ class Hub:
         self,
         dsn: str | None,
         queries: Queries,
-        translate: Translate,
         unavailable: str,
     ) -> None:
         self.dsn = dsn
         self.queries = queries
-        self.translate = translate
         self.unavailable = unavailable
-        self.listen_sql = sql.SQL("LISTEN {}").format(sql.Identifier(channel_for(queries.schema)))
         self._lock = threading.Lock()
         self._inboxes: set[Inbox] = set()
         self._runner: _Runner | None = None
@@ -213,24 +209,20 @@ class _Runner:
         self._next_due: float | None = None  # time.monotonic() when work becomes due
         self._last_check = 0.0
         self._lookback = False  # the next due check follows a 'w:' notification
+        #: The driver of the listener connection (made on first connect).
+        self.database: Database | None = None
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection that LISTENs, with the due-work clock read."""
         assert self.hub.dsn is not None
+        if self.database is None:
+            dsn = make_conninfo(connection_params(self.hub.dsn, APPLICATION_NAME), **KEEPALIVE)
+            self.database = Database(dsn, self.hub.queries)
+        conn = self.database.connect()
         try:
-            conn = psycopg.connect(
-                make_conninfo(connection_params(self.hub.dsn, APPLICATION_NAME), **KEEPALIVE),
-                autocommit=True,
-            )
-        except psycopg.Error as exc:
-            raise self.hub.translate(exc) from None
-        try:
-            conn.execute(self.hub.listen_sql)
+            self.database.listen(conn)
             self._since = None
             self._check_due(conn, lookback=False)
-        except psycopg.Error as exc:
-            conn.close()
-            raise self.hub.translate(exc) from None
         except BaseException:
             conn.close()
             raise
@@ -260,7 +252,7 @@ class _Runner:
             except Exception as exc:
                 if self._idle():
                     return
-                known = isinstance(exc, psycopg.Error | DatabaseError | OSError)
+                known = isinstance(exc, DatabaseError | OSError)
                 log.warning(
                     "event stream connection lost; reconnecting",
                     error=str(exc).strip() or type(exc).__name__,
@@ -280,18 +272,19 @@ class _Runner:
         return self.hub.release(self)
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        assert self.database is not None
         while not self._idle():
             timeout = STOP_CHECK
             if self._next_due is not None:
                 timeout = min(timeout, self._next_due - time.monotonic())
             recheck = False
-            for note in conn.notifies(timeout=max(timeout, 0.001)):
-                event = parse(note.payload)
+            for payload in self.database.notifications(conn, max(timeout, 0.001)):
+                event = parse(payload)
                 if event is not None:
                     self.hub.broadcast(event)
                     # A batch of many jobs may hold scheduled ones too.
                     recheck |= event.kind == "enqueued" and event.job_id is None
-                elif note.payload.startswith("w:"):
+                elif payload.startswith("w:"):
                     recheck = True
                     break  # a job stored as scheduled may be due sooner than we wait
             now = time.monotonic()
@@ -315,18 +308,16 @@ class _Runner:
         since = self._since
         if since is not None and lookback:
             since = since - DUE_LOOKBACK
+        assert self.database is not None
         try:
-            row = conn.execute(self.hub.queries["job_became_due"], {"since": since}).fetchone()
-        except psycopg.Error as exc:
-            if exc.sqlstate != "42501":  # insufficient_privilege
-                raise
+            row = self.database.run(events_ops.became_due(since), conn)
+        except PermissionDenied:
             # A role without SELECT on jobs (a producer) still gets every
             # event the database sends; only due-time hints need the read.
             log.info("event stream cannot read jobs; due-time events come from workers only")
             self.can_read_jobs = False
             self._next_due = None
             return
-        assert row is not None
         db_now, next_due, last_due, looked_at, queues = row
         for queue, count, job_id in queues:
             self.hub.broadcast(JobEvent("enqueued", queue, job_id if count == 1 else None))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-import psycopg
 import typer
 from typer.core import TyperGroup
 
@@ -38,8 +37,6 @@ class PgQueueGroup(TyperGroup):
             with invoked_as(ctx.info_name):
                 return super().invoke(ctx)
         except PgQueueError as exc:
+            # The library's database layer translates every database error
+            # (pgqueue.connection.ErrorTranslator): nothing here names psycopg.
             fail(str(exc))
-        except psycopg.Error as exc:
-            # What the library does not translate, e.g. a permission denied
-            # on VACUUM: still the database's answer, not a bug of ours.
-            fail(f"PostgreSQL: {exc}")

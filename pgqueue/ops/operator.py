@@ -123,3 +123,13 @@ def schema_summary() -> Op[dict[str, int]]:
 
 def drop_schema() -> Op[None]:
     yield Execute("schema_drop", fetch="none")
+
+
+def drop_scratch_schema() -> Op[None]:
+    """Drop the schema if it exists (a scratch schema for a dump)."""
+    yield Execute("schema_drop_scratch", fetch="none")
+
+
+def create_schema() -> Op[None]:
+    """Create the empty schema."""
+    yield Execute("schema_create", fetch="none")

@@ -112,20 +112,21 @@ def drain(
     (a job that enqueues itself forever stops there). Blocks; in async code
     use :func:`drain_async`.
     """
-    coro = drain_async(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs)
-
-    async def main() -> DrainResult:
-        try:
-            return await coro
-        finally:
-            await app.database.close_async_pool()  # its loop ends with asyncio.run
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
-    coro.close()
-    raise RuntimeError("drain() blocks: in async code use `await drain_async(...)`")
+        pass
+    else:
+        raise RuntimeError("drain() blocks: in async code use `await drain_async(...)`")
+    drainer = _Drain.of(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs)
+
+    async def main() -> DrainResult:
+        try:
+            return await drainer.run()
+        finally:
+            await drainer.database.close_async_pool()  # its loop ends with asyncio.run
+
+    return asyncio.run(main())
 
 
 async def drain_async(
@@ -136,24 +137,7 @@ async def drain_async(
     max_jobs: int = 10_000,
 ) -> DrainResult:
     """Async twin of :func:`drain` (runs on the caller's event loop)."""
-    queues = validation.queue_list([queue] if isinstance(queue, str) else queue)
-    limit = validation.positive_int("max_jobs", max_jobs)
-    clock = _JumpingClock() if with_scheduled else None
-    worker_app = WorkerApp.of(app)  # what `pgqueue worker` reads of the App
-    if clock is not None:
-        worker_app = replace(worker_app, ctx=replace(worker_app.ctx, clock=clock))
-    settings = WorkerSettings.build(
-        queues,
-        concurrency=1,
-        listen=False,
-        scheduler=False,
-        install_signal_handlers=False,
-        tune_gc=False,
-        # A job of a task this app does not have cannot run here: dead, not handed back.
-        unknown_task_grace=0.0,
-        worker_id=f"drain:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
-    )
-    return await _Drain(worker_app, settings, clock).run(limit)
+    return await _Drain.of(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs).run()
 
 
 class _JumpingClock:
@@ -180,9 +164,13 @@ class _JumpingClock:
 
 class _Drain:
     def __init__(
-        self, app: WorkerApp, settings: WorkerSettings, clock: _JumpingClock | None
+        self, app: WorkerApp, settings: WorkerSettings, clock: _JumpingClock | None, limit: int
     ) -> None:
         self.app = app
+        #: The driver the drain's own reads go through (the parts get theirs from ``app``).
+        self.database = app.database
+        self.ctx = app.ctx
+        self.limit = limit
         self.settings = settings
         self.queues = list(settings.queues) if settings.queues is not None else None
         self.clock = clock
@@ -192,11 +180,40 @@ class _Drain:
         self.held: list[LeasedJob] = []
         self.fatal: BaseException | None = None
 
+    @classmethod
+    def of(
+        cls,
+        app: App,
+        queue: str | Sequence[str] | None,
+        *,
+        with_scheduled: bool,
+        max_jobs: int,
+    ) -> _Drain:
+        """A drain of ``app`` (arguments checked here, before anything runs)."""
+        queues = validation.queue_list([queue] if isinstance(queue, str) else queue)
+        limit = validation.positive_int("max_jobs", max_jobs)
+        clock = _JumpingClock() if with_scheduled else None
+        worker_app = WorkerApp.of(app)  # what `pgqueue worker` reads of the App
+        if clock is not None:
+            worker_app = replace(worker_app, ctx=replace(worker_app.ctx, clock=clock))
+        settings = WorkerSettings.build(
+            queues,
+            concurrency=1,
+            listen=False,
+            scheduler=False,
+            install_signal_handlers=False,
+            tune_gc=False,
+            # A job of a task this app does not have cannot run here: dead, not handed back.
+            unknown_task_grace=0.0,
+            worker_id=f"drain:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}",
+        )
+        return cls(worker_app, settings, clock, limit)
+
     def _on_fatal(self, loop: str, exc: BaseException) -> None:
         self.fatal = self.fatal or exc
 
-    async def run(self, limit: int) -> DrainResult:
-        database = self.app.database
+    async def run(self) -> DrainResult:
+        limit, database = self.limit, self.database
         if self.clock is None:
             self.since = await database.run_async(drain_ops.clock())
         stopped = asyncio.Event()
@@ -244,7 +261,7 @@ class _Drain:
 
     async def _lease(self) -> tuple[list[LeasedJob], float]:
         """The next job to run (leased), and when its lease was asked for."""
-        database, ctx, worker_id = self.app.database, self.app.ctx, self.settings.worker_id
+        database, ctx, worker_id = self.database, self.ctx, self.settings.worker_id
         if self.since is None:  # with_scheduled: whatever is ready at the drain's clock
             leased_at = time.monotonic()
             jobs = await database.run_async(consume.lease(ctx, self.queues, worker_id, 1))
@@ -275,7 +292,7 @@ class _Drain:
         it: leased, unrun, until the drain ends."""
         self.held.append(job)
         lease = (job.job_id, job.attempt_id, HOLD_SECONDS)
-        await self.app.database.run_async(consume.extend_many(self.app.ctx, [lease]))
+        await self.database.run_async(consume.extend_many(self.ctx, [lease]))
 
     async def _hand_back(self) -> None:
         """Give the held jobs back to their queues, at their old place."""
@@ -283,13 +300,13 @@ class _Drain:
         if not held:
             return
         try:
-            await self.app.database.run_async(consume.nack_many(self.app.ctx, held))
+            await self.database.run_async(consume.nack_many(self.ctx, held))
         except LeaseLost:
             pass  # reaped meanwhile: queued again already
 
     async def _outcomes(self, jobs: list[LeasedJob]) -> list[str]:
         """How each attempt ended, as DrainResult counts it."""
-        database = self.app.database
+        database = self.database
         statuses = await database.run_async(operator.job_statuses([j.job_id for j in jobs]))
         final = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
         again = [j.attempt_id for j in jobs if statuses.get(j.job_id) not in final]
@@ -310,7 +327,7 @@ class _Drain:
         rate-limit slot); False when there is none."""
         if self.clock is None:
             return False
-        due = await self.app.database.run_async(consume.next_due(self.queues))
+        due = await self.database.run_async(consume.next_due(self.queues))
         if due is None:
             return False
         if not self.clock.jump(due):

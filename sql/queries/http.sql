@@ -1,33 +1,7 @@
--- The statements of the HTTP API (pgqueue/http): the role each kind of token
--- runs as, and the SQL worker API (lease, ack, fail, nack, extend) called
--- in a transaction as that role, so that the database checks its privileges.
-
--- name: role_set_local
--- SET LOCAL ROLE %(role)s: the rest of the transaction runs as that role
--- (set_config checks membership as SET ROLE does). One row: the role.
-SELECT set_config('role', %(role)s, true);
-
--- name: role_current_user
--- The session's user: one row.
-SELECT current_user;
-
--- name: role_membership
--- Whether the session's user may SET ROLE to %(role)s: one row, none when
--- no such role exists.
-SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = %(role)s;
-
--- name: role_grants_present
--- Whether the schema records grants (role_grants; absent before that
--- revision): one row, a boolean.
-SELECT to_regclass(quote_ident(%(schema)s) || '.role_grants') IS NOT NULL;
-
--- name: role_grants_latest
--- Per kind, the most recent recorded grant whose role still exists:
--- (kind, role) rows.
-SELECT DISTINCT ON (g.kind) g.kind, g.role
-FROM {schema}.role_grants g
-JOIN pg_roles r ON r.rolname = g.role
-ORDER BY g.kind, g.granted_at DESC, g.role;
+-- The SQL worker API (lease, ack, fail, nack, extend) as the HTTP API
+-- (pgqueue/http) calls it: in a transaction as the role of the request's
+-- token (role_set_local of roles.sql), so that the database checks its
+-- privileges.
 
 -- name: worker_api_lease
 -- Up to %(max)s jobs of %(queue)s leased to %(worker_id)s: (job_id,

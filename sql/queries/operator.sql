@@ -108,3 +108,12 @@ SELECT (SELECT count(*) FROM {schema}.jobs) AS jobs,
 -- name: schema_drop
 -- Drop the schema and everything in it (`pgqueue uninstall`).
 DROP SCHEMA {schema} CASCADE;
+
+-- name: schema_drop_scratch
+-- Drop a scratch schema if it was made (python -m pgqueue.schema's dumps).
+DROP SCHEMA IF EXISTS {schema} CASCADE;
+
+-- name: schema_create
+-- Create the (empty) schema, for sql/schema.sql to fill (python -m
+-- pgqueue.schema dumps the schema the file alone makes).
+CREATE SCHEMA {schema};
