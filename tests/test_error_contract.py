@@ -20,10 +20,9 @@ from pgqueue.connection import ErrorTranslator, is_transient_sqlstate
 from pgqueue.errors import ConnectionFailed, DatabaseError, QueryFailed, SchemaNotMigrated
 
 PACKAGE = Path(pgqueue.__file__).parent
-# The modules that may talk to psycopg's errors: the database boundary.
-# subscribe.py holds the App's shared LISTEN connection and translates through
-# the same ErrorTranslator.
-BOUNDARY = {"connection.py", "database.py", "driver_async.py", "driver_sync.py", "subscribe.py"}
+# The modules that may talk to psycopg's errors: the database boundary
+# (tests/unit/test_layers.py holds the same list, for SQL too).
+BOUNDARY = {"connection.py", "database.py", "driver_async.py", "driver_sync.py"}
 
 
 @pytest.fixture
