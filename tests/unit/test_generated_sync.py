@@ -114,8 +114,10 @@ def _pairs(root: Path) -> set[str]:
         for prefix, body in scopes:
             sync = {n.name for n in body if isinstance(n, ast.FunctionDef)}
             for node in body:
+                if not isinstance(node, ast.AsyncFunctionDef):
+                    continue
                 name = node.name.removesuffix("_async")
-                if isinstance(node, ast.AsyncFunctionDef) and name != node.name and name in sync:
+                if name != node.name and name in sync:
                     rel = path.relative_to(root.parent).as_posix()
                     found.add(f"{rel}:{prefix}{name}")
     return found
