@@ -99,6 +99,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(<15%% of the CPUs busy over 1 s); 0 = don't wait (default 60)",
     )
     p.add_argument(
+        "--prev-python",
+        default=None,
+        help="system pgqueue-prev: the python of a venv where the previous pgqueue is "
+        "installed (env PGQB_PREV_PYTHON; see benchmarks/README.md)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=None,
@@ -114,6 +120,9 @@ def log(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.prev_python:
+        # In the environment: the worker processes (spawned) read it too.
+        os.environ["PGQB_PREV_PYTHON"] = args.prev_python
     systems = _split(args.systems, SYSTEMS, {"all": list(SYSTEMS)})
     workloads = _split(args.workloads, WORKLOADS, ALIASES)
     sizes = Sizes.quick() if args.quick else Sizes()
