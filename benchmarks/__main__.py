@@ -88,8 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="run the periodic cleanup of systems that need an operator's cron (PgQueuer: "
-        "log pruning; Procrastinate: delete_old_jobs) this often during a soak; pgqueue's "
-        "workers apply retention themselves (default 60, quick 20)",
+        "log pruning; Procrastinate: delete_old_jobs; pgqueue-prev: archive + prune) this "
+        "often during a soak; pgqueue's workers apply retention themselves "
+        "(default 60, quick 20)",
     )
     p.add_argument(
         "--quiet-wait",
