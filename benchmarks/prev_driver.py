@@ -17,7 +17,7 @@ fd 1 is pointed at stderr, so a library's prints cannot corrupt it):
   (``id``); ``archive older_than statuses batch_size`` (``archived``);
   ``prune older_than batch_size`` (``attempts``, ``archived_jobs``);
   ``counts`` (what ``archive_count``/``prune_count`` see now, all statuses);
-  ``quit``.
+  ``reset`` (close the App, its connections, and build a new one); ``quit``.
 - ``worker DSN OPTIONS_JSON``: one worker process. Builds the App and the
   no-op task, prints ``ready``, waits for ``go`` on stdin, runs
   ``run_worker_async`` until ``stop`` (or end of stdin), then writes the
@@ -119,7 +119,14 @@ def serve(dsn: str) -> None:
                 break
             try:
                 res: dict[str, Any]
-                if op == "migrate":
+                if op == "reset":
+                    # What close() is to an App in the runner: its connections
+                    # go (their backends flush statistics as they exit); the
+                    # next command builds a new App, which connects anew.
+                    app.close()
+                    app = _make_app(dsn, None)
+                    res = {}
+                elif op == "migrate":
                     app.migrate()
                     res = {}
                 elif op == "bulk":

@@ -29,6 +29,7 @@ import os
 import subprocess
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -102,6 +103,8 @@ class _Driver:
         return res
 
     def close(self) -> None:
+        if self.proc.poll() is not None:
+            return
         try:
             self.call("quit")
             self.proc.wait(30)
@@ -268,8 +271,12 @@ class PgQueuePrev(System):
     # ---- producer side -----------------------------------------------------
     @property
     def driver(self) -> _Driver:
-        if self._driver is None:
+        if self._driver is None or self._driver.proc.poll() is not None:
             self._driver = _Driver(self.dsn)
+            # The process ends with this adapter (or at exit): close() only
+            # resets its App, so that the interpreter's start and imports are
+            # never inside a timed call (pgqueue's are done once, too).
+            weakref.finalize(self, self._driver.close)
         return self._driver
 
     def setup(self) -> None:
@@ -298,11 +305,13 @@ class PgQueuePrev(System):
         return self._max_id
 
     def close(self) -> None:
-        for attr in ("_driver", "_maint"):
-            d = getattr(self, attr)
-            if d is not None:
-                d.close()
-                setattr(self, attr, None)
+        """As pgqueue's close(): the producer's App and its connections go (a
+        new one connects on the next call); the soak's cron process ends."""
+        if self._driver is not None and self._driver.proc.poll() is None:
+            self._driver.call("reset")
+        if self._maint is not None:
+            self._maint.close()
+            self._maint = None
 
     # ---- whole life: the operator's archive then prune ---------------------
     def finished_storage(self, mon: psycopg.Connection[Any]) -> dict[str, int]:
