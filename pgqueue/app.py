@@ -291,10 +291,6 @@ class App(AppOperations, AsyncAppOperations):
     def _worker_settings(
         self, queues: Sequence[str] | None, options: dict[str, Any]
     ) -> WorkerSettings:
-        from pgqueue.worker.settings import WorkerSettings
+        from pgqueue.worker.settings import for_app
 
-        # No LISTEN connection possible (listen=False, or a transaction pooler
-        # without listen_dsn): the worker polls.
-        requested = options.pop("listen", True)
-        listen = self.listen_dsn is not None and requested
-        return WorkerSettings.build(queues=queues, listen=listen, **options)
+        return for_app(self.listen_dsn, queues, options)

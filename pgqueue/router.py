@@ -183,11 +183,10 @@ class Router:
             await run_workers_async(self._workers(queues, options), stop)
 
     def _workers(self, queues: Sequence[str] | None, options: dict[str, Any]) -> list[Worker]:
+        from pgqueue.worker.settings import for_app
         from pgqueue.worker.worker import Worker
 
-        return [
-            Worker(app, app._worker_settings(queues, dict(options))) for app in self.apps.values()
-        ]
+        return [Worker(app, for_app(app.listen_dsn, queues, options)) for app in self.apps.values()]
 
     def close(self) -> None:
         """Close every App's pools."""
