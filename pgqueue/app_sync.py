@@ -20,6 +20,7 @@ import psycopg
 from pgqueue import health_report
 from pgqueue._adapters import ConnectionLike, sync_connection
 from pgqueue.app_base import Age, AppBase, storable_result, task_options
+from pgqueue.errors import ConnectionFailed, DatabaseError
 from pgqueue.health_report import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
@@ -558,8 +559,14 @@ class AppOperations(AppBase):
         and queues whose oldest ready job waited over ``max_ready_age``.
         ``report.ok`` is the verdict; an unreachable database or unmigrated
         schema is a failed check in the report, not an exception."""
-        settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
-        return health_report.run(self.database, health_ops.check(self.op_context, settings))
+        check = health_ops.check(
+            self.op_context, HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
+        )
+        try:
+            with self.database.connect() as conn:
+                return self.database.run(check, conn)
+        except ConnectionFailed as exc:
+            return health_report.unreachable(exc)
 
     # --- task registry, settings, limits, statistics, workers -----------------
 
@@ -647,4 +654,24 @@ class AppOperations(AppBase):
         ``max_clock_skew``, ``archive_after``; counts: ``dead_tuples_min``,
         ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
         what it finds (an unreachable database is an error finding)."""
-        return doctor.run(self.database, self.op_context, self._doctor_settings(thresholds))
+        settings = self._doctor_settings(thresholds)
+        database = self.database
+        try:
+            # Two dedicated connections: whether one server process serves
+            # both tells a transaction pooler in the path.
+            with (
+                database.connect() as first,
+                database.connect() as second,
+            ):
+                try:
+                    probe: doctor.PoolerProbe | None = doctor.pooler_probe(
+                        database.dsn,
+                        first,
+                        database.run(doctor.backend(), first),
+                        database.run(doctor.backend(), second),
+                    )
+                except DatabaseError:
+                    probe = None
+                return database.run(doctor.diagnose(self.op_context, settings, probe), first)
+        except ConnectionFailed as exc:
+            return doctor.unreachable(exc)
