@@ -64,6 +64,12 @@ class App(AppOperations, AsyncAppOperations):
             await asyncio.to_thread(self._hub.close)
         await self.database.close_async()
 
+    async def close_async_pool(self) -> None:
+        """Close only the async pool, which belongs to the event loop now
+        ending (it reopens in the next one); the sync pool and the
+        subscriptions stay open."""
+        await self.database.close_async_pool()
+
     def point_at(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         """Point this App, in place, at the database ``dsn`` and/or the schema
         ``schema`` (None: keep it). Its tasks, middleware, settings and every
