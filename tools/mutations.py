@@ -231,6 +231,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         LEASE_GUARDS,
     ),
+    # --- issue 43 #17: the event stream's listener ------------------------------------
+    Mutation(
+        "subscribe-break-on-due-hint",
+        "a 'w:' hint drops the notifications read with it (a subscriber misses events)",
+        (
+            Edit(
+                "pgqueue/subscribe.py",
+                '                elif note.payload.startswith("w:"):\n'
+                "                    recheck = True\n",
+                '                elif note.payload.startswith("w:"):\n'
+                "                    recheck = True\n"
+                "                    break\n",
+            ),
+        ),
+        ("tests/test_subscribe.py::test_a_due_hint_does_not_swallow_what_arrived_with_it",),
+    ),
     # --- issue 43 #15: a SECURITY DEFINER function without its pinned search_path ----
     Mutation(
         "enqueue-job-search-path",
