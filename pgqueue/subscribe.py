@@ -285,7 +285,11 @@ class _Runner:
             if self._next_due is not None:
                 timeout = min(timeout, self._next_due - time.monotonic())
             recheck = False
-            for note in conn.notifies(timeout=max(timeout, 0.001)):
+            # stop_after=1: back here after each batch read from the socket (a
+            # job stored as scheduled may be due sooner than we wait), never
+            # out of the middle of one: leaving the generator early drops the
+            # rest of its batch, notifications that are then lost for good.
+            for note in conn.notifies(timeout=max(timeout, 0.001), stop_after=1):
                 event = parse(note.payload)
                 if event is not None:
                     self.hub.broadcast(event)
@@ -293,7 +297,6 @@ class _Runner:
                     recheck |= event.kind == "enqueued" and event.job_id is None
                 elif note.payload.startswith("w:"):
                     recheck = True
-                    break  # a job stored as scheduled may be due sooner than we wait
             now = time.monotonic()
             if recheck:
                 self._lookback = True
