@@ -88,8 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="run the periodic cleanup of systems that need an operator's cron (PgQueuer: "
-        "log pruning; Procrastinate: delete_old_jobs) this often during a soak; pgqueue's "
-        "workers apply retention themselves (default 60, quick 20)",
+        "log pruning; Procrastinate: delete_old_jobs; pgqueue-prev: archive + prune) this "
+        "often during a soak; pgqueue's workers apply retention themselves "
+        "(default 60, quick 20)",
     )
     p.add_argument(
         "--quiet-wait",
@@ -97,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=60.0,
         help="before each measurement wait up to this many seconds for a quiet machine "
         "(<15%% of the CPUs busy over 1 s); 0 = don't wait (default 60)",
+    )
+    p.add_argument(
+        "--prev-python",
+        default=None,
+        help="system pgqueue-prev: the python of a venv where the previous pgqueue is "
+        "installed (env PGQB_PREV_PYTHON; see benchmarks/README.md)",
     )
     p.add_argument(
         "--drain-timeout",
@@ -114,6 +121,9 @@ def log(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.prev_python:
+        # In the environment: the worker processes (spawned) read it too.
+        os.environ["PGQB_PREV_PYTHON"] = args.prev_python
     systems = _split(args.systems, SYSTEMS, {"all": list(SYSTEMS)})
     workloads = _split(args.workloads, WORKLOADS, ALIASES)
     sizes = Sizes.quick() if args.quick else Sizes()

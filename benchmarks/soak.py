@@ -296,8 +296,12 @@ def w_soak(ctx: Any) -> dict[str, Any]:
         finished = ledger.finished()
         accounting.update(
             finished=finished,
-            method="each leaf counted once closed, before retention dropped it; "
-            "ids of default-leaf rows remembered",
+            method=getattr(
+                ledger,
+                "method",
+                "each leaf counted once closed, before retention dropped it; "
+                "ids of default-leaf rows remembered",
+            ),
             **ledger.report(),
         )
         unaccounted = enqueued - live_end - sum(finished.values())

@@ -364,7 +364,10 @@ def w_backlog(ctx: Ctx) -> dict[str, Any]:
         enq_s = enqueue_in_chunks(ctx, s.backlog)
         deep_fresh = _drain_front(ctx, mon, m0, front)
         mon.execute("ANALYZE")
-        deep = _drain_front(ctx, mon, m0 + front, front)
+        # The workers of that drain went on leasing while they stopped: start
+        # after the jobs they took (else a quick run's window can be all done).
+        deep_after = _untouched_after(ctx, mon, m0 + front, front)
+        deep = _drain_front(ctx, mon, deep_after, front)
     notes = [*empty.pop("notes"), *deep_fresh.pop("notes"), *deep.pop("notes")]
     return {
         "rate_empty": empty["rate"],
@@ -377,6 +380,8 @@ def w_backlog(ctx: Ctx) -> dict[str, Any]:
         "empty": empty,
         "deep_unanalyzed": deep_fresh,
         "deep": deep,
+        # jobs past the first window that its drain's workers took while stopping
+        "deep_window_skipped": deep_after - (m0 + front),
         "notes": notes,
     }
 
@@ -385,6 +390,20 @@ def _drain_front(ctx: Ctx, mon: psycopg.Connection[Any], after_id: int, n: int) 
     if ctx.system.supports_id_range:
         return drain(ctx, mon, 1, n, after_id + n, after_id=after_id)
     return drain(ctx, mon, 1, n, None)
+
+
+def _untouched_after(ctx: Ctx, mon: psycopg.Connection[Any], after_id: int, n: int) -> int:
+    """The first id window ``(a, a + n]`` from ``after_id`` on in which no job
+    is done yet (workers take jobs from the front, lowest ids first)."""
+    if not ctx.system.supports_id_range:
+        return after_id
+    start = after_id
+    for _ in range(1000):
+        done = n - ctx.system.remaining(mon, start + n, start)
+        if done <= 0:
+            break
+        start += done
+    return start
 
 
 def _round(ctx: Ctx, mon: psycopg.Connection[Any], n: int) -> dict[str, Any]:

@@ -64,6 +64,12 @@ class App(AppOperations, AsyncAppOperations):
             await asyncio.to_thread(self._hub.close)
         await self.database.close_async()
 
+    async def close_async_pool(self) -> None:
+        """Close only the async pool, which belongs to the event loop now
+        ending (it reopens in the next one); the sync pool and the
+        subscriptions stay open."""
+        await self.database.close_async_pool()
+
     def point_at(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         """Point this App, in place, at the database ``dsn`` and/or the schema
         ``schema`` (None: keep it). Its tasks, middleware, settings and every
@@ -290,10 +296,6 @@ class App(AppOperations, AsyncAppOperations):
     def _worker_settings(
         self, queues: Sequence[str] | None, options: dict[str, Any]
     ) -> WorkerSettings:
-        from pgqueue.worker.settings import WorkerSettings
+        from pgqueue.worker.settings import for_app
 
-        # No LISTEN connection possible (listen=False, or a transaction pooler
-        # without listen_dsn): the worker polls.
-        requested = options.pop("listen", True)
-        listen = self.listen_dsn is not None and requested
-        return WorkerSettings.build(queues=queues, listen=listen, **options)
+        return for_app(self.listen_dsn, queues, options)

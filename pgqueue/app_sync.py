@@ -20,6 +20,7 @@ import psycopg
 from pgqueue import health_report
 from pgqueue._adapters import ConnectionLike, sync_connection
 from pgqueue.app_base import Age, AppBase, storable_result, task_options
+from pgqueue.errors import ConnectionFailed, DatabaseError
 from pgqueue.health_report import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
@@ -42,6 +43,7 @@ from pgqueue.models import (
 from pgqueue.ops import (
     admin,
     consume,
+    dashboard,
     enqueue,
     inspect,
     maintenance,
@@ -53,6 +55,8 @@ from pgqueue.ops import (
 )
 from pgqueue.ops import health as health_ops
 from pgqueue.ops import tasks as task_ops
+from pgqueue.ops.dashboard import DeadGroup, QueueRow, Throughput
+from pgqueue.ops.inspect import JobFilter, JobPage
 from pgqueue.retry import Backoff
 from pgqueue.telemetry import database_view, doctor
 from pgqueue.telemetry.database_view import QueueView
@@ -249,6 +253,46 @@ class AppOperations(AppBase):
         ResultTimeout, or ResultNotStored (it succeeded, but its return value
         could not be stored)."""
         return self.database.run_released(self._result_op(job_id, timeout))
+
+    # --- the dashboard's reads (bounded; see pgqueue.ops.dashboard) ---------------
+
+    def job_page(self, flt: JobFilter, cursor: str | None = None, limit: int = 50) -> JobPage:
+        """A page of the jobs ``flt`` matches as the dashboard lists them: the
+        statements of :meth:`list_jobs`, finished statuses in the order of
+        their finish, free text searched over a bounded window of ids."""
+        return self.database.run(inspect.job_page(flt, cursor, limit))
+
+    def queue_rows(self, finished: bool = True) -> list[QueueRow]:
+        """Every queue's counts as :meth:`metrics` counts them, saying which
+        are capped or estimated; ``finished=False``: the live counts only."""
+        return self.database.run(dashboard.queue_rows(finished))
+
+    def throughput(
+        self,
+        per_minute: int = dashboard.THROUGHPUT_PER_MINUTE,
+        hour_cap: int = dashboard.THROUGHPUT_HOUR_CAP,
+    ) -> Throughput:
+        """Jobs finished in each of the last 60 minutes and in the hour, exact
+        up to ``per_minute`` a minute and ``hour_cap`` an hour, estimated past."""
+        return self.database.run(dashboard.throughput(per_minute, hour_cap))
+
+    def dead_groups(
+        self, sample: int = dashboard.DEAD_GROUP_SAMPLE
+    ) -> tuple[list[DeadGroup], bool]:
+        """The newest ``sample`` dead jobs grouped by task, error code and
+        message fingerprint; True when the sample was full."""
+        return self.database.run(dashboard.dead_groups(sample))
+
+    def dead_group_batch(
+        self, group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
+    ) -> tuple[list[int], tuple[datetime, int] | None]:
+        """The ids of one dead-letter group among the next ``scan`` dead jobs
+        of its task, and the cursor after them (None: no more)."""
+        return self.database.run(dashboard.dead_group_batch(group, cursor, scan))
+
+    def change_mark(self) -> tuple[Any, ...]:
+        """A tuple that changes whenever jobs, queues or workers change."""
+        return self.database.run(dashboard.change_mark())
 
     # --- administration ----------------------------------------------------------
 
@@ -515,8 +559,14 @@ class AppOperations(AppBase):
         and queues whose oldest ready job waited over ``max_ready_age``.
         ``report.ok`` is the verdict; an unreachable database or unmigrated
         schema is a failed check in the report, not an exception."""
-        settings = HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
-        return health_report.run(self.database, health_ops.check(self.op_context, settings))
+        check = health_ops.check(
+            self.op_context, HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
+        )
+        try:
+            with self.database.connect() as conn:
+                return self.database.run(check, conn)
+        except ConnectionFailed as exc:
+            return health_report.unreachable(exc)
 
     # --- task registry, settings, limits, statistics, workers -----------------
 
@@ -604,4 +654,24 @@ class AppOperations(AppBase):
         ``max_clock_skew``, ``archive_after``; counts: ``dead_tuples_min``,
         ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
         what it finds (an unreachable database is an error finding)."""
-        return doctor.run(self.database, self.op_context, self._doctor_settings(thresholds))
+        settings = self._doctor_settings(thresholds)
+        database = self.database
+        try:
+            # Two dedicated connections: whether one server process serves
+            # both tells a transaction pooler in the path.
+            with (
+                database.connect() as first,
+                database.connect() as second,
+            ):
+                try:
+                    probe: doctor.PoolerProbe | None = doctor.pooler_probe(
+                        database.dsn,
+                        first,
+                        database.run(doctor.backend(), first),
+                        database.run(doctor.backend(), second),
+                    )
+                except DatabaseError:
+                    probe = None
+                return database.run(doctor.diagnose(self.op_context, settings, probe), first)
+        except ConnectionFailed as exc:
+            return doctor.unreachable(exc)

@@ -211,7 +211,8 @@ class Database(Driver, AsyncDriver):
             discard_async_pool(pool, loop)
 
     async def close_async_pool(self) -> None:
-        """Close the async pool only (e.g. before its event loop ends)."""
+        """Close the async pool only (e.g. before its event loop ends; see
+        :func:`async_pools`)."""
         if self._async_pool is not None:
             await self._async_pool.close()
             self._async_pool = self._async_loop = None
@@ -284,11 +285,14 @@ class Database(Driver, AsyncDriver):
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
-    def notifications(self, conn: psycopg.Connection[Any], timeout: float) -> Iterator[str]:
+    def notifications(
+        self, conn: psycopg.Connection[Any], timeout: float, stop_after: int | None = None
+    ) -> Iterator[str]:
         """The payloads of the notifications that arrive on ``conn`` within
-        ``timeout`` seconds. Errors come translated."""
+        ``timeout`` seconds (ending after the batch that holds the
+        ``stop_after``-th, as psycopg's ``notifies``). Errors come translated."""
         try:
-            for note in conn.notifies(timeout=timeout):
+            for note in conn.notifies(timeout=timeout, stop_after=stop_after):
                 yield note.payload
         except psycopg.Error as exc:
             raise self.translate(exc) from None
@@ -352,3 +356,17 @@ class Database(Driver, AsyncDriver):
             raise self.translate(exc) from None
         # notifies() ends only when the connection is closed under it.
         raise ConnectionFailed(f"PostgreSQL at {self.translate.target}: connection closed")
+
+
+@asynccontextmanager
+async def async_pools(*databases: Database) -> AsyncIterator[None]:
+    """A block that ends before its event loop does: the async pools these
+    databases open in it are closed at its end, on that loop (an async pool
+    cannot be closed once its loop has ended). Every blocking entry point
+    that makes a loop of its own (``run_worker``, ``drain``, the dashboard's
+    thread) runs its work inside one."""
+    try:
+        yield
+    finally:
+        for database in databases:
+            await database.close_async_pool()

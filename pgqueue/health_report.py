@@ -15,12 +15,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from pgqueue.durations import parse_duration
-from pgqueue.errors import ConnectionFailed
 from pgqueue.version import SCHEMA_REVISION
 
 if TYPE_CHECKING:
-    from pgqueue.database import Database
-    from pgqueue.ops import Op
+    pass
 
 Age = str | float | timedelta
 
@@ -91,21 +89,3 @@ class HealthReport:
 def unreachable(error: BaseException) -> HealthReport:
     """The report when no connection could be made."""
     return HealthReport(checks=[HealthCheck("connection", False, str(error))])
-
-
-def run(database: Database, op: Op[HealthReport]) -> HealthReport:
-    """Drive the check operation on a new connection of ``database``."""
-    try:
-        with database.connect() as conn:
-            return database.run(op, conn)
-    except ConnectionFailed as exc:
-        return unreachable(exc)
-
-
-async def run_async(database: Database, op: Op[HealthReport]) -> HealthReport:
-    """Async twin of :func:`run`."""
-    try:
-        async with await database.connect_async() as conn:
-            return await database.run_async(op, conn)
-    except ConnectionFailed as exc:
-        return unreachable(exc)

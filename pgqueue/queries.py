@@ -52,6 +52,8 @@ QueryName = Literal[
     "job_get",
     "job_attempt_history",
     "job_list",
+    "job_list_finished",
+    "job_list_window",
     "job_cancel",
     "job_status",
     "job_replay",
@@ -162,14 +164,9 @@ QueryName = Literal[
     "worker_api_ack_results",
     # sql/queries/dashboard.sql
     "dashboard_throughput",
-    "dashboard_job_list",
-    "dashboard_job_search",
-    "dashboard_search_floor",
     "dashboard_dead_groups",
     "dashboard_dead_group_ids",
     "dashboard_change_mark",
-    "dashboard_queue_names",
-    "dashboard_job_list_finished",
 ]
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_]+)\s*$", re.MULTILINE)

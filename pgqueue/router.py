@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.app import App
 from pgqueue.errors import InvalidName, InvalidOption
 from pgqueue.models import Enqueued, Job, JobSpec
 from pgqueue.task import Task
+
+if TYPE_CHECKING:
+    from pgqueue.worker.worker import Worker
 
 Route = Callable[[str, dict[str, Any]], str]
 
@@ -158,12 +160,11 @@ class Router:
     # --- serving -------------------------------------------------------------
 
     def run_worker(self, queues: Sequence[str] | None = None, **options: Any) -> None:
-        """Serve every App in this process until SIGTERM/SIGINT."""
-        from pgqueue.worker.runner import loop_factory
+        """Serve every App in this process until SIGTERM/SIGINT, as
+        ``App.run_worker`` serves one (one worker per App, one event loop)."""
+        from pgqueue.worker.runner import run_workers
 
-        factory = loop_factory(options.get("event_loop", "auto"))
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(self.run_worker_async(queues, **options))
+        run_workers(self._workers(queues, options))
 
     async def run_worker_async(
         self,
@@ -173,38 +174,19 @@ class Router:
         **options: Any,
     ) -> None:
         """One worker per App on this loop; all stop gracefully when ``stop``
-        is set (or on SIGTERM/SIGINT when no ``stop`` is given)."""
-        import signal
+        is set (or on SIGTERM/SIGINT when no ``stop`` is given), and all stop
+        when one stops on an error."""
+        from pgqueue.database import async_pools
+        from pgqueue.worker.runner import run_workers_async
 
-        own_stop = stop or asyncio.Event()
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        signals = 0
+        async with async_pools(*(app.database for app in self.apps.values())):
+            await run_workers_async(self._workers(queues, options), stop)
 
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            if signals > 1:  # a second signal exits at once, as for one App
-                os._exit(1)
-            own_stop.set()
+    def _workers(self, queues: Sequence[str] | None, options: dict[str, Any]) -> list[Worker]:
+        from pgqueue.worker.settings import for_app
+        from pgqueue.worker.worker import Worker
 
-        if stop is None and options.pop("install_signal_handlers", True):
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, on_signal)
-                installed.append(sig)
-        options["install_signal_handlers"] = False
-        try:
-            await asyncio.gather(
-                *(
-                    app.run_worker_async(queues, stop=own_stop, **options)
-                    for app in self.apps.values()
-                )
-            )
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-            for app in self.apps.values():
-                await app.database.close_async_pool()
+        return [Worker(app, for_app(app.listen_dsn, queues, options)) for app in self.apps.values()]
 
     def close(self) -> None:
         """Close every App's pools."""

@@ -278,7 +278,11 @@ class _Runner:
             if self._next_due is not None:
                 timeout = min(timeout, self._next_due - time.monotonic())
             recheck = False
-            for payload in self.database.notifications(conn, max(timeout, 0.001)):
+            # stop_after=1: back here after each batch read from the socket (a
+            # job stored as scheduled may be due sooner than we wait), never
+            # out of the middle of one: leaving the generator early drops the
+            # rest of its batch, notifications that are then lost for good.
+            for payload in self.database.notifications(conn, max(timeout, 0.001), stop_after=1):
                 event = parse(payload)
                 if event is not None:
                     self.hub.broadcast(event)
@@ -286,7 +290,6 @@ class _Runner:
                     recheck |= event.kind == "enqueued" and event.job_id is None
                 elif payload.startswith("w:"):
                     recheck = True
-                    break  # a job stored as scheduled may be due sooner than we wait
             now = time.monotonic()
             if recheck:
                 self._lookback = True

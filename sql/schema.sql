@@ -103,11 +103,7 @@ END) STORED,
     worker_id text,
     last_error text,
     result jsonb,
-    progress jsonb,
-    CONSTRAINT jobs_backoff_range CHECK (((LEAST(backoff_base, backoff_factor, backoff_max, backoff_jitter) >= (0)::double precision) AND (GREATEST((backoff_base)::double precision, (backoff_max)::double precision, (backoff_factor * (31536)::double precision), (backoff_jitter * (31536000)::double precision)) <= (31536000)::double precision))),
-    CONSTRAINT jobs_lease_seconds_positive CHECK ((lease_seconds >= 1)),
-    CONSTRAINT jobs_max_attempts_not_negative CHECK ((max_attempts >= 0)),
-    CONSTRAINT jobs_run_at_range CHECK ((run_at <@ '["1970-01-01 00:00:00+00","2500-01-01 00:00:00+00")'::tstzrange))
+    progress jsonb
 ) PARTITION BY LIST (status);
 ALTER SEQUENCE {schema}.jobs_id_seq OWNED BY {schema}.jobs.id;
 
@@ -136,8 +132,15 @@ COMMENT ON COLUMN {schema}.jobs.has_records IS
 COMMENT ON COLUMN {schema}.jobs.snoozes IS 'How often the task raised Snooze (NULL: never).';
 COMMENT ON COLUMN {schema}.jobs.progress IS 'The last context.set_progress() value.';
 
+-- The CHECKs hold on live jobs, where every job is written first: a
+-- finished row is a moved live one, and checking it again would cost each
+-- completion their evaluation.
 CREATE TABLE {schema}.jobs_live PARTITION OF {schema}.jobs (
-    CONSTRAINT jobs_pkey PRIMARY KEY (id)
+    CONSTRAINT jobs_pkey PRIMARY KEY (id),
+    CONSTRAINT jobs_backoff_range CHECK (((LEAST(backoff_base, backoff_factor, backoff_max, backoff_jitter) >= (0)::double precision) AND (GREATEST((backoff_base)::double precision, (backoff_max)::double precision, (backoff_factor * (31536)::double precision), (backoff_jitter * (31536000)::double precision)) <= (31536000)::double precision))),
+    CONSTRAINT jobs_lease_seconds_positive CHECK ((lease_seconds >= 1)),
+    CONSTRAINT jobs_max_attempts_not_negative CHECK ((max_attempts >= 0)),
+    CONSTRAINT jobs_run_at_range CHECK ((run_at <@ '["1970-01-01 00:00:00+00","2500-01-01 00:00:00+00")'::tstzrange))
 ) FOR VALUES IN ('queued', 'scheduled', 'running', 'waiting')
 WITH (fillfactor='35', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
 COMMENT ON TABLE {schema}.jobs_live IS
@@ -3705,7 +3708,7 @@ $$;
 -- Serial keys: a job queued behind a live job of its key is held; when a job
 -- leaves jobs_live (finished, or deleted) or stops being live in it, the
 -- next one of its key is released.
-CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
+CREATE TRIGGER jobs_serial_hold_insert BEFORE INSERT ON {schema}.jobs_live FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold();
 
 CREATE TRIGGER jobs_serial_hold_update AFTER UPDATE OF status ON {schema}.jobs FOR EACH ROW WHEN (((new.serial_key IS NOT NULL) AND (new.status = 'queued'::{schema}.job_status) AND (old.status <> 'queued'::{schema}.job_status))) EXECUTE FUNCTION {schema}.jobs_serial_hold_requeued();
 

@@ -32,7 +32,7 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         {"jobs_finished_idx"},
     ),
     (
-        "dashboard_job_list_finished",
+        "job_list_finished",
         {
             "status": "succeeded",
             "queue": "reports",
@@ -44,35 +44,42 @@ CASES: list[tuple[str, dict[str, Any], set[str]]] = [
         {"jobs_finished_idx"},
     ),
     ("dashboard_throughput", {"per_minute": 250, "hour_cap": 10_000}, {"jobs_finished_idx"}),
+    # The job lists (list_jobs, `pgqueue jobs list`, the dashboard's pages):
+    # one status, ...
     (
-        "dashboard_job_list",
+        "job_list",
         {
             "stored_statuses": ["dead"],
             "stored_stages": ["dead"],
             "due": None,
             "queue": "mail",
             "task": None,
+            "tags": None,
+            "pattern": None,
             "before_id": None,
+            "min_id": None,
             "limit": 51,
         },
         set(),
     ),
+    # ... a search: free text over the window of ids job_list_window found.
     (
-        "dashboard_job_search",
+        "job_list",
         {
             "stored_statuses": None,
             "stored_stages": None,
             "due": None,
             "queue": None,
             "task": None,
+            "tags": None,
             "pattern": "%needle%",
             "before_id": 50_000,
-            "window": 20_000,
+            "min_id": 45_000,
             "limit": 51,
         },
         {"jobs_pkey"},
     ),
-    ("dashboard_search_floor", {"before_id": None, "window": 20_000}, {"jobs_pkey"}),
+    ("job_list_window", {"before_id": None, "window": 20_000}, {"jobs_pkey"}),
     ("dashboard_dead_groups", {"cap": 10_000}, {"jobs_finished_idx"}),
     (
         "dashboard_dead_group_ids",

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import pgqueue
 from pgqueue.errors import InvalidDuration, InvalidInput, InvalidOption
@@ -84,6 +85,61 @@ def test_live_job_older_than_the_window_gives_its_key_up(app: pgqueue.App, db_ds
     assert app.enqueue("t", {}, dedup_key="live") == (fresh.job_id, False)
     old = _job(db_dsn, first.job_id)
     assert (old["status"], old["dedup_key"]) == ("queued", None)
+
+
+# The window is (now() - window, now()]: a job created exactly one window ago
+# is outside it. Each case runs in one transaction, so now() is one instant
+# for the setup and the enqueue; every place a windowed lookup reads.
+BOUNDARY = {
+    "inside": ("- interval '60 s' + interval '1 microsecond'", True),
+    "at": ("- interval '60 s'", False),
+    "past": ("- interval '60 s' - interval '1 microsecond'", False),
+}
+
+
+@pytest.mark.parametrize("place", ["live", "finished", "archived"])
+def test_the_window_boundary_to_the_microsecond(app: pgqueue.App, db_dsn: str, place: str) -> None:
+    earlier = {case: app.enqueue("t", {}, dedup_key=f"b-{case}").job_id for case in BOUNDARY}
+    if place != "live":
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE pgqueue.jobs SET status = 'succeeded', finished_at = now()"
+                " WHERE id = ANY(%s)",
+                (list(earlier.values()),),
+            )
+    if place == "archived":
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE pgqueue.jobs SET finished_at = now() - interval '1 day' WHERE id = ANY(%s)",
+                (list(earlier.values()),),
+            )
+        assert app.archive(older_than=3600) == len(BOUNDARY)
+    table = sql.Identifier("pgqueue", "jobs_archive" if place == "archived" else "jobs")
+    with psycopg.connect(db_dsn) as caller:
+        for case, (offset, hit) in BOUNDARY.items():
+            caller.execute(
+                sql.SQL("UPDATE {} SET created_at = now() {} WHERE id = %s").format(
+                    table,
+                    sql.SQL(offset),  # type: ignore[arg-type]
+                ),
+                (earlier[case],),
+            )
+            got = app.enqueue("t", {}, dedup_key=f"b-{case}", dedup_window=60, conn=caller)
+            assert (got.job_id == earlier[case], got.created) == (hit, not hit), case
+        released = dict(
+            caller.execute(
+                "SELECT id, dedup_key FROM pgqueue.jobs_live WHERE id = ANY(%s)",
+                (list(earlier.values()),),
+            ).fetchall()
+        )
+        caller.commit()
+    if place == "live":
+        # A live job created before the window gives its key up; within it, keeps it.
+        assert released == {
+            earlier["inside"]: "b-inside",
+            earlier["at"]: None,
+            earlier["past"]: None,
+        }
 
 
 def test_debounce_replaces_payload_and_postpones(app: pgqueue.App, db_dsn: str) -> None:

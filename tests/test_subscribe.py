@@ -291,6 +291,27 @@ def test_worker_only_hints_are_not_events(
     assert until_fence(events, db_dsn) == []
 
 
+def test_a_due_hint_does_not_swallow_what_arrived_with_it(events: EventStream, db_dsn: str) -> None:
+    """Notifications read from the socket in one batch are all handled: a
+    'w:' hint (a job stored as scheduled) among them must not drop the rest.
+    Sent in one transaction, they arrive together, as they do when the
+    listener thread falls behind on a loaded machine (the flake of
+    test_worker_only_hints_are_not_events: its fence came in the batch of
+    the 'w:quiet' hint and was lost)."""
+    marker = f"fence-{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_notify(%(c)s, 'w:quiet'), pg_notify(%(c)s, 'j:after'),"
+            " pg_notify(%(c)s, %(fence)s)",
+            {"c": CHANNEL, "fence": f"p:{marker}"},
+        )
+    got = []
+    while (event := events.get(timeout=WAIT)) is not None and event.queue != marker:
+        got.append(event)
+    assert event is not None, f"the fence did not arrive within {WAIT}s; got {got}"
+    assert got == [pgqueue.JobEvent("enqueued", "after", None)]
+
+
 # --- filtering, many subscriptions, async ---------------------------------------------
 
 

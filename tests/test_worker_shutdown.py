@@ -213,3 +213,36 @@ def test_embedded_run_worker_stops_on_sigterm_with_exit_code_zero(
 
     assert worker.wait_exit() == 0
     assert worker.registration() is None
+
+
+@pytest.mark.slow
+def test_a_router_worker_exits_after_its_shutdown_timeout_with_sync_tasks_still_running(
+    workers: Workers, db_dsn: str
+) -> None:
+    """One process serving two Apps stops as one App's worker does: sync tasks
+    still running in threads after the shutdown timeout are handed back and
+    the process exits at once (Router.run_worker had its own copy of the
+    runner without that, and waited for the threads)."""
+    from tests.apps.routed import build_router
+
+    with build_router(db_dsn) as router:
+        for app in router.apps.values():
+            app.migrate()
+        jobs = {
+            key: app.enqueue("nap", {"key": key, "seconds": 120}).job_id
+            for key, app in router.apps.items()
+        }
+        worker = workers.spawn(
+            "--concurrency", "2", "--shutdown-timeout", "1s", app="tests.apps.routed:router"
+        )
+        wait_starts(workers, list(jobs), worker)
+
+        sent = time.monotonic()
+        worker.send(signal.SIGTERM)
+
+        assert worker.wait_exit(timeout=20) == 0
+        assert time.monotonic() - sent < 20
+        for key, job_id in jobs.items():
+            job = router.get_job(key, job_id, history=True)
+            assert job.status is JobStatus.QUEUED  # handed back on both shards
+            assert [a.outcome for a in job.attempt_history or []] == [AttemptOutcome.RELEASED]

@@ -38,6 +38,9 @@ class System(ABC):
     supports_id_range: ClassVar[bool] = True
     #: Why deep drains (``xmin-200k``) are skipped for this system, or None.
     slow_drain: ClassVar[str | None] = None
+    #: True when :meth:`worker_main` runs the system's worker in a child process
+    #: (another interpreter): the worker CPU then counts that child too.
+    worker_subprocess: ClassVar[bool] = False
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn

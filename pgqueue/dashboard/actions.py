@@ -72,7 +72,7 @@ def _effective_filter(action: str, flt: JobFilter) -> JobFilter:
     if action == "requeue":
         if flt.status not in (None, "dead"):
             raise InvalidOption("requeue applies to dead jobs: filter status=dead or none")
-        return JobFilter(flt.queue, "dead", flt.task, flt.q)
+        return JobFilter(flt.queue, "dead", flt.task, flt.q, flt.tag)
     return flt
 
 

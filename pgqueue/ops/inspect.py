@@ -113,6 +113,39 @@ def decode_cursor(cursor: str) -> int:
         ) from None
 
 
+def _stored(status: str | JobStatus | None) -> tuple[list[str] | None, bool | None]:
+    if status is None:
+        return None, None
+    key = status.value if isinstance(status, JobStatus) else str(status)
+    if key not in _STORED:
+        raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
+    return _STORED[key]
+
+
+def _list_params(
+    queue: str | None,
+    task: str | None,
+    status: str | JobStatus | None,
+    tags: Sequence[str] | None,
+    before_id: int | None,
+    limit: int,
+) -> dict[str, Any]:
+    """The parameters of ``job_list``: every filter, none of the search."""
+    stored, due = _stored(status)
+    return {
+        "queue": validation.queue_name(queue) if queue is not None else None,
+        "task": validation.task_name(task) if task is not None else None,
+        "tags": validation.tags(tags),
+        "stored_statuses": stored,
+        "stored_stages": stages(stored),
+        "due": due,
+        "pattern": None,
+        "before_id": before_id,
+        "min_id": None,
+        "limit": validation.positive_int("limit", limit, 10_000) + 1,
+    }
+
+
 def list_jobs(
     queue: str | None = None,
     status: str | JobStatus | None = None,
@@ -123,23 +156,8 @@ def list_jobs(
 ) -> Op[Page]:
     """A page of jobs, newest first; pass ``next_cursor`` for the next page.
     ``tags``: only jobs having every one of them."""
-    stored, due = None, None
-    if status is not None:
-        key = status.value if isinstance(status, JobStatus) else str(status)
-        if key not in _STORED:
-            raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
-        stored, due = _STORED[key]
-    params = {
-        "queue": validation.queue_name(queue) if queue is not None else None,
-        "task": validation.task_name(task) if task is not None else None,
-        "tags": validation.tags(tags),
-        "stored_statuses": stored,
-        "stored_stages": stages(stored),
-        "due": due,
-        "before_id": decode_cursor(cursor) if cursor else None,
-        "limit": validation.positive_int("limit", limit, 10_000) + 1,
-    }
-    return _list_jobs(params, limit)
+    before_id = decode_cursor(cursor) if cursor else None
+    return _list_jobs(_list_params(queue, task, status, tags, before_id, limit), limit)
 
 
 def _list_jobs(params: dict[str, Any], limit: int) -> Op[Page]:
@@ -148,7 +166,175 @@ def _list_jobs(params: dict[str, Any], limit: int) -> Op[Page]:
     return Page(jobs, encode_cursor(jobs[-1].id) if len(rows) > limit else None)
 
 
-def _rate_text(limit: int | None, period_seconds: float | None) -> str | None:
+# --- the dashboard's job lists: the same statements, more ways in ---------------
+
+SEARCH_WINDOW = 5_000
+"""Rows a free-text search page reads at most (newest ids first)."""
+
+_FINISHED = ("succeeded", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The filters of the dashboard's jobs list (and of bulk actions on what
+    it matches): those of :func:`list_jobs` with one tag, plus ``q``, free
+    text over payload and last error."""
+
+    queue: str | None = None
+    status: str | None = None
+    task: str | None = None
+    q: str | None = None
+    tag: str | None = None
+
+    @classmethod
+    def parse(cls, values: Any) -> JobFilter:
+        """From query or form values; empty strings mean "any". Raises
+        InvalidOption naming a bad value."""
+
+        def get(name: str) -> str | None:
+            value = values.get(name)
+            return value.strip() or None if isinstance(value, str) else None
+
+        queue, status, task, q = get("queue"), get("status"), get("task"), get("q")
+        tag = get("tag")
+        if tag is not None:
+            validation.tags([tag])
+        if queue is not None:
+            validation.queue_name(queue)
+        if task is not None:
+            validation.task_name(task)
+        if status is not None and status not in _STORED:
+            raise InvalidOption(f"unknown status {status!r}: one of {', '.join(_STORED)}")
+        if q is not None and len(q) > 200:
+            raise InvalidOption("search text is longer than 200 characters")
+        return cls(queue, status, task, q, tag)
+
+    def params(self) -> dict[str, str]:
+        """The non-empty filters, for links and hidden form fields."""
+        return {
+            k: v
+            for k, v in (
+                ("queue", self.queue),
+                ("status", self.status),
+                ("task", self.task),
+                ("q", self.q),
+                ("tag", self.tag),
+            )
+            if v
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of the jobs list; ``next_cursor`` continues it (None: the end).
+    A search page also says how far down it looked (``searched_to_id``)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+    searched_to_id: int | None = None
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _encode_finished_cursor(finished_at: datetime | None, job_id: int) -> str:
+    text = f"f:{finished_at.isoformat() if finished_at else ''}|{job_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_finished_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, rest = text.partition(":")
+        when, _, job_id = rest.partition("|")
+        if kind != "f":
+            raise ValueError(kind)
+        return datetime.fromisoformat(when), int(job_id)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidOption(
+            f"invalid cursor {cursor!r}: pass a next_cursor of the same listing"
+        ) from None
+
+
+def job_page(flt: JobFilter, cursor: str | None, limit: int) -> Op[JobPage]:
+    """A keyset page of the jobs ``flt`` matches, newest first, read as the
+    jobs list shows them: with a tag, :func:`list_jobs`' pages; a finished
+    status, most recently finished first (``job_list_finished``); another
+    status, ``job_list``; free text or filters without a status, a search of
+    ``job_list`` over a window of at most :data:`SEARCH_WINDOW` ids below the
+    cursor, so a page never reads more however rare its matches are."""
+    if flt.tag is not None:
+        page = yield from list_jobs(flt.queue, flt.status, flt.task, limit, cursor, [flt.tag])
+        return JobPage(page.jobs, page.next_cursor)
+    if flt.status in _FINISHED and flt.q is None:
+        return (yield from _finished_page(flt, cursor, limit))
+    before_id = decode_cursor(cursor) if cursor else None
+    params = _list_params(flt.queue, flt.task, flt.status, None, before_id, limit)
+    if flt.status is not None and flt.q is None:
+        rows = yield Execute("job_list", params, rows="dict")
+        jobs = [job_from_row(r) for r in rows[:limit]]
+        return JobPage(jobs, encode_cursor(jobs[-1].id) if len(rows) > limit else None)
+    return (yield from _search_page(flt, params, before_id, limit))
+
+
+def _finished_page(flt: JobFilter, cursor: str | None, limit: int) -> Op[JobPage]:
+    after = _decode_finished_cursor(cursor) if cursor else None
+    rows = yield Execute(
+        "job_list_finished",
+        {
+            "status": flt.status,
+            "queue": flt.queue,
+            "task": flt.task,
+            "before_finished": after[0] if after else None,
+            "before_id": after[1] if after else None,
+            "limit": limit + 1,
+        },
+        rows="dict",
+    )
+    jobs = [job_from_row(r) for r in rows[:limit]]
+    more = len(rows) > limit and jobs[-1].finished_at is not None
+    return JobPage(
+        jobs, _encode_finished_cursor(jobs[-1].finished_at, jobs[-1].id) if more else None
+    )
+
+
+def _search_page(
+    flt: JobFilter, params: dict[str, Any], before_id: int | None, limit: int
+) -> Op[JobPage]:
+    searching = flt.q is not None or flt.queue is not None or flt.task is not None
+    window: Any = None
+    if searching:
+        # Filters that no index serves read the window below the cursor only.
+        window = yield Execute(
+            "job_list_window", {"before_id": before_id, "window": SEARCH_WINDOW}, fetch="one"
+        )
+        floor, ceiling, _ = window or (None, None, 0)
+        if floor is None or ceiling is None:  # no job below the cursor
+            return JobPage([], None, None)
+        params = {
+            **params,
+            "pattern": _like(flt.q) if flt.q else None,
+            "before_id": ceiling + 1,
+            "min_id": floor,
+        }
+    # (No filter at all: the newest ids below the cursor, the window's head.)
+    rows = yield Execute("job_list", params, rows="dict")
+    jobs = [job_from_row(r) for r in rows[:limit]]
+    if len(rows) > limit:
+        return JobPage(jobs, encode_cursor(jobs[-1].id))
+    if window is None:
+        window = yield Execute(
+            "job_list_window", {"before_id": before_id, "window": SEARCH_WINDOW}, fetch="one"
+        )
+    lowest, _, examined = window if window else (None, None, 0)
+    if lowest is None or examined < SEARCH_WINDOW or lowest <= 1:
+        return JobPage(jobs, None, lowest)
+    return JobPage(jobs, encode_cursor(lowest), lowest)
+
+
+def rate_text(limit: int | None, period_seconds: float | None) -> str | None:
+    """A queue's rate limit as ``pgqueue queue limit`` takes it (``10/1m``)."""
     if limit is None or period_seconds is None:
         return None
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -275,7 +461,7 @@ def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
             oldest_ready_age_seconds=q.row["oldest_ready_age_seconds"],
             paused=q.row["paused"],
             concurrency_limit=q.row["concurrency_limit"],
-            rate_limit=_rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
+            rate_limit=rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
         )
         for q in found
     }

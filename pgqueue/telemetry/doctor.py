@@ -26,16 +26,15 @@ from psycopg.conninfo import conninfo_to_dict
 from pgqueue.commands import command
 from pgqueue.connection import migrate_command
 from pgqueue.durations import parse_duration
-from pgqueue.errors import ConnectionFailed, DatabaseError, SchemaNotMigrated
+from pgqueue.errors import SchemaNotMigrated
 from pgqueue.explain import fmt_span
 from pgqueue.ops import Execute, Op, OpContext, health
 from pgqueue.ops import tasks as task_ops
 from pgqueue.version import SCHEMA_REVISION
 
 if TYPE_CHECKING:
-    import psycopg
 
-    from pgqueue.database import Database
+    pass
 
 Severity = Literal["ok", "warn", "error"]
 Age = str | float | timedelta
@@ -629,20 +628,19 @@ def _local_port(conn: Any) -> int | None:
     return int(name[1]) if isinstance(name, tuple) else None
 
 
-def _backend() -> Op[Any]:
+def backend() -> Op[Any]:
+    """The server process serving this connection, and the ports it sees."""
     row = yield Execute("doctor_backend", fetch="one")
     return row
 
 
-def probe_pooler(
-    database: Database, first: psycopg.Connection[Any], second: psycopg.Connection[Any]
-) -> PoolerProbe:
-    """Ask two autocommit client connections, one after the other, which
-    server process serves them: the same one means a transaction pooler."""
-    a = database.run(_backend(), first)
-    b = database.run(_backend(), second)
+def pooler_probe(dsn: str, first: Any, a: Any, b: Any) -> PoolerProbe:
+    """What two autocommit client connections (``first`` and another one,
+    asked one after the other: ``a`` and ``b`` are what :func:`backend`
+    returned on each) saw of the server: the same server process means a
+    transaction pooler."""
     return PoolerProbe(
-        dsn_port=_dsn_port(database.dsn),
+        dsn_port=_dsn_port(dsn),
         server_port=a[1],
         local_port=_local_port(first),
         seen_client_port=a[3],
@@ -651,7 +649,7 @@ def probe_pooler(
     )
 
 
-def _unreachable(exc: BaseException) -> list[Finding]:
+def unreachable(exc: BaseException) -> list[Finding]:
     return [
         _finding(
             "connection",
@@ -661,36 +659,3 @@ def _unreachable(exc: BaseException) -> list[Finding]:
             "check the DSN (--dsn, PGQUEUE_DSN), that the server runs and accepts this host",
         )
     ]
-
-
-def run(database: Database, ctx: OpContext, settings: DoctorSettings) -> list[Finding]:
-    """The doctor on two dedicated connections of ``database``."""
-    try:
-        with database.connect() as first, database.connect() as second:
-            try:
-                probe: PoolerProbe | None = probe_pooler(database, first, second)
-            except DatabaseError:
-                probe = None
-            return database.run(diagnose(ctx, settings, probe), first)
-    except ConnectionFailed as exc:
-        return _unreachable(exc)
-
-
-async def run_async(database: Database, ctx: OpContext, settings: DoctorSettings) -> list[Finding]:
-    """Async twin of :func:`run` (the pooler probe runs in a thread)."""
-    import asyncio
-
-    try:
-        probe = await asyncio.to_thread(_probe_only, database)
-        async with await database.connect_async() as conn:
-            return await database.run_async(diagnose(ctx, settings, probe), conn)
-    except ConnectionFailed as exc:
-        return _unreachable(exc)
-
-
-def _probe_only(database: Database) -> PoolerProbe | None:
-    try:
-        with database.connect() as first, database.connect() as second:
-            return probe_pooler(database, first, second)
-    except DatabaseError:
-        return None

@@ -8,12 +8,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import structlog
 
+from pgqueue.database import async_pools
 from pgqueue.errors import InvalidOption
 from pgqueue.logs import configure_logging
 from pgqueue.worker.settings import GC_THRESHOLD
@@ -26,30 +27,40 @@ if TYPE_CHECKING:
 
 def run_worker(app: App, settings: WorkerSettings) -> None:
     """Run a worker until SIGTERM/SIGINT; returns after a graceful stop, or
-    raises the error that stopped it (after the same graceful shutdown).
+    raises the error that stopped it (after the same graceful shutdown)."""
+    run_workers([Worker(app, settings)])
 
-    Sync tasks still running in threads at that point (handed back after the
+
+def run_workers(workers: Sequence[Worker]) -> None:
+    """Run workers (one per App: a Router's) on an event loop of their own
+    until SIGTERM/SIGINT, as :func:`run_worker` does for one.
+
+    Sync tasks still running in threads at the end (handed back after the
     shutdown timeout, or abandoned after their own timeout) cannot be stopped
     and would hold the interpreter open until they return; their jobs are
     already recorded, so the process exits without waiting for them.
     """
-    worker = Worker(app, settings)
+    databases = [w.app.database for w in workers]
 
     async def main() -> None:
-        try:
-            await _run(worker, None)
-        finally:
-            await app.database.close_async_pool()
+        async with async_pools(*databases):
+            await _run(workers, None)
 
+    event_loop = workers[0].settings.event_loop
     try:
-        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
             runner.run(main())
     except BaseException as exc:
-        if worker.threads_left and exc is worker.fatal:
-            _exit_now(worker.threads_left, 1, f"error: {' '.join(str(exc).split())}")
+        left = _threads_left(workers)
+        if left and any(exc is w.fatal for w in workers):
+            _exit_now(left, 1, f"error: {' '.join(str(exc).split())}")
         raise
-    if worker.threads_left:
-        _exit_now(worker.threads_left, 0)
+    if left := _threads_left(workers):
+        _exit_now(left, 0)
+
+
+def _threads_left(workers: Sequence[Worker]) -> int:
+    return sum(w.threads_left for w in workers)
 
 
 def loop_factory(event_loop: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -116,13 +127,19 @@ async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Eve
     """Run a worker on the running loop until ``stop`` is set (or, when no
     ``stop`` is given, until SIGTERM/SIGINT). Returns how many sync tasks are
     still running in threads; raises the error that stopped the worker."""
-    worker = Worker(app, settings)
-    await _run(worker, stop)
-    return worker.threads_left
+    return await run_workers_async([Worker(app, settings)], stop)
 
 
-async def _run(worker: Worker, stop: asyncio.Event | None) -> None:
-    settings = worker.settings
+async def run_workers_async(workers: Sequence[Worker], stop: asyncio.Event | None) -> int:
+    """Run workers on the running loop until ``stop`` is set (or SIGTERM/SIGINT
+    when no ``stop`` is given), all stopping together; returns how many sync
+    tasks are still running in threads."""
+    await _run(workers, stop)
+    return _threads_left(workers)
+
+
+async def _run(workers: Sequence[Worker], stop: asyncio.Event | None) -> None:
+    settings = workers[0].settings
     # Respect an application's own structlog setup unless asked to override it.
     # Asked explicitly (pgqueue worker, log_level=...), the loggers are cached
     # for good; a worker that only filled in a default leaves the host
@@ -139,12 +156,35 @@ async def _run(worker: Worker, stop: asyncio.Event | None) -> None:
         and settings.install_signal_handlers
         and (threading.current_thread() is threading.main_thread())
     ):
+
+        def on_signal(sig: signal.Signals) -> None:
+            for worker in workers:  # a second signal: each exits at once
+                worker.on_signal(sig)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.on_signal, sig)
+            loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
     try:
         with tuned_gc(settings.tune_gc):
-            await worker.run(stop)
+            await _together(workers, stop)
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+async def _together(workers: Sequence[Worker], stop: asyncio.Event | None) -> None:
+    """Run the workers; when one stops on an error, the others stop too
+    (gracefully), and that error is raised."""
+    if len(workers) == 1:
+        await workers[0].run(stop)
+        return
+    runs = [asyncio.ensure_future(w.run(stop)) for w in workers]
+    try:
+        await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for worker in workers:
+            worker.request_stop()
+        ended = await asyncio.gather(*runs, return_exceptions=True)
+    for outcome in ended:
+        if isinstance(outcome, BaseException):
+            raise outcome

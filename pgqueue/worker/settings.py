@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from pgqueue import validation
 from pgqueue.durations import parse_duration
@@ -146,3 +147,14 @@ class WorkerSettings:
             event_loop=event_loop,
             tune_gc=bool(tune_gc),
         )
+
+
+def for_app(
+    listen_dsn: str | None, queues: Sequence[str] | None, options: Mapping[str, Any]
+) -> WorkerSettings:
+    """The settings of ``run_worker(queues, **options)`` on an App whose LISTEN
+    connection goes to ``listen_dsn``: with none possible (``listen=False``,
+    or a transaction pooler without ``listen_dsn``) the worker polls."""
+    rest = dict(options)
+    listen = listen_dsn is not None and bool(rest.pop("listen", True))
+    return WorkerSettings.build(queues=queues, listen=listen, **rest)

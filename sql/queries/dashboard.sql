@@ -1,4 +1,5 @@
--- The web dashboard's reads and bulk actions (pgqueue.dashboard).
+-- The web dashboard's own reads (pgqueue/ops/dashboard.py); its job lists
+-- are the job_list statements of inspect.sql.
 -- Every statement here is bounded: counts stop at a cap, lists read a
 -- keyset page through an index, aggregates sample the newest rows of one
 -- partial index. Nothing scans the whole jobs table however big it grows.
@@ -45,55 +46,6 @@ CROSS JOIN LATERAL (
           ORDER BY j.finished_at LIMIT %(per_minute)s) x
 ) dead
 ORDER BY m.start;
-
--- name: dashboard_job_list
--- A keyset page of jobs, newest id first, with a status filter (the planner
--- picks the primary key backwards or that status's partial index).
-SELECT j.id, j.queue, j.task, j.payload, j.priority,
-       {schema}.visible_status(j.status, j.run_at) AS status,
-       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
-       j.finished_at, j.last_error, j.result
-FROM {schema}.jobs j
-WHERE j.stage = ANY (%(stored_stages)s::{schema}.job_status[])
-  AND j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
-  AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-  AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
-ORDER BY j.id DESC
-LIMIT %(limit)s;
-
--- name: dashboard_job_search
--- A keyset page of jobs, newest id first, over a window of at most
--- %(window)s ids below the cursor (primary key backwards): free text over
--- payload and last error, and filters without a status, never read more.
-SELECT j.id, j.queue, j.task, j.payload, j.priority,
-       {schema}.visible_status(j.status, j.run_at) AS status,
-       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
-       j.finished_at, j.last_error, j.result
-FROM (SELECT * FROM {schema}.jobs w
-      WHERE (%(before_id)s::bigint IS NULL OR w.id < %(before_id)s::bigint)
-      ORDER BY w.id DESC
-      LIMIT %(window)s) j
-WHERE (%(stored_statuses)s::{schema}.job_status[] IS NULL
-       OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
-          AND j.stage = ANY (%(stored_stages)s::{schema}.job_status[]))
-  AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-  AND (%(pattern)s::text IS NULL
-       OR j.payload::text ILIKE %(pattern)s::text
-       OR j.last_error ILIKE %(pattern)s::text)
-ORDER BY j.id DESC
-LIMIT %(limit)s;
-
--- name: dashboard_search_floor
--- The lowest id of a search window (where the next window starts) and its size.
-SELECT min(w.id) AS floor, count(*)::bigint AS examined
-FROM (SELECT j.id FROM {schema}.jobs j
-      WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
-      ORDER BY j.id DESC
-      LIMIT %(window)s) w;
 
 -- name: dashboard_dead_groups
 -- The newest %(cap)s dead jobs (finished index, newest first) grouped by task,
@@ -158,24 +110,3 @@ SELECT (SELECT max(id) FROM {schema}.jobs) AS newest_id,
                               LIMIT 10001) r) AS running,
        (SELECT max(updated_at) FROM {schema}.queues) AS queues,
        (SELECT max(last_heartbeat_at) FROM {schema}.workers) AS workers;
-
--- name: dashboard_queue_names
--- Queue names for the filters (the queues table, not the jobs).
-SELECT name FROM {schema}.queues ORDER BY name LIMIT 1000;
-
--- name: dashboard_job_list_finished
--- A keyset page of finished jobs of one status, most recently finished first,
--- straight down the finished index (however rare that status is).
-SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
-       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
-       j.finished_at, j.last_error, j.result
-FROM {schema}.jobs j
-WHERE j.status = %(status)s::{schema}.job_status  -- a finished status
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-  AND (%(before_finished)s::timestamptz IS NULL
-       OR j.finished_at <= %(before_finished)s::timestamptz)
-  AND (%(before_finished)s::timestamptz IS NULL
-       OR (j.finished_at, j.id) < (%(before_finished)s::timestamptz, %(before_id)s::bigint))
-ORDER BY j.finished_at DESC, j.id DESC
-LIMIT %(limit)s;

@@ -1,5 +1,5 @@
--- Reads of jobs and queues for pgqueue/ops/inspect.py (get_job, list_jobs,
--- metrics, explain, count_dead).
+-- Reads of jobs and queues for pgqueue/ops/inspect.py (get_job, the job
+-- lists, metrics, explain, count_dead).
 
 -- name: job_get
 -- One job, from the hot table or the archive, with the facts `explain` needs.
@@ -45,9 +45,15 @@ FROM (
 ORDER BY attempt_id;
 
 -- name: job_list
--- A page of jobs, newest first, keyset-paginated on id; every filter optional.
+-- The job lists: a page of jobs, newest first, keyset-paginated on id; every
+-- filter optional. `list_jobs`, `pgqueue jobs list` and the dashboard's lists
+-- (ops/inspect.py job_page) all read jobs here, or, in the order of their
+-- finish, in job_list_finished.
 -- %(stored_statuses)s narrows to storage states, %(due)s then picks
 -- queued (true) or scheduled (false) among queued/scheduled rows.
+-- A search passes %(pattern)s (free text over payload and last error) with
+-- the window of ids job_list_window found, %(min_id)s to %(before_id)s,
+-- which bounds what it reads however rare the text is.
 SELECT j.id, j.queue, j.task, j.payload, j.priority,
        {schema}.visible_status(j.status, j.run_at) AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
@@ -62,9 +68,42 @@ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
        OR j.status = ANY (%(stored_statuses)s::{schema}.job_status[])
           AND j.stage = ANY (%(stored_stages)s::{schema}.job_status[]))
   AND (%(due)s::boolean IS NULL OR (j.run_at <= now()) = %(due)s::boolean)
+  AND (%(pattern)s::text IS NULL
+       OR j.payload::text ILIKE %(pattern)s::text
+       OR j.last_error ILIKE %(pattern)s::text)
   AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+  AND (%(min_id)s::bigint IS NULL OR j.id >= %(min_id)s::bigint)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
+
+-- name: job_list_finished
+-- The jobs of job_list with one finished status, most recently finished
+-- first, keyset-paginated on (finished_at, id): straight down the finished
+-- index of that status's leaves however rare the status is.
+SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
+       j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
+       j.finished_at, j.last_error, j.result,
+       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
+FROM {schema}.jobs j
+WHERE j.status = %(status)s::{schema}.job_status  -- a finished status
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR j.finished_at <= %(before_finished)s::timestamptz)
+  AND (%(before_finished)s::timestamptz IS NULL
+       OR (j.finished_at, j.id) < (%(before_finished)s::timestamptz, %(before_id)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_window
+-- The window a search of job_list reads: the %(window)s newest ids below
+-- %(before_id)s (primary key backwards), as its lowest and highest id and
+-- how many it holds (fewer than %(window)s: no job is older).
+SELECT min(w.id) AS floor, max(w.id) AS ceiling, count(*)::bigint AS examined
+FROM (SELECT j.id FROM {schema}.jobs j
+      WHERE (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+      ORDER BY j.id DESC
+      LIMIT %(window)s) w;
 
 -- name: job_status
 -- The visible status of a job in the hot table or the archive.

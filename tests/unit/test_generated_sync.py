@@ -68,3 +68,70 @@ def test_a_stale_module_fails_the_check(generator, tmp_path: Path) -> None:  # t
         assert copy.read_text() == target.read_text()
     finally:
         generator.MODULES = _generator().MODULES
+
+
+# Hand-written sync/async pairs outside the generated modules, each a thin
+# door onto one shared body (or a protocol users implement both ways). Any
+# other pair is a twin that can drift: generate it from its async source or
+# give both one body.
+ONE_BODY_PAIRS = {
+    # the sync one runs the async one on a loop of its own
+    "pgqueue/testing/drain.py:drain",
+    "pgqueue/testing/perform.py:perform",
+    "pgqueue/worker/runner.py:run_worker",
+    "pgqueue/worker/runner.py:run_workers",
+    "pgqueue/app.py:App.run_worker",
+    "pgqueue/router.py:Router.run_worker",
+    # each forwards to the App's own generated pair
+    "pgqueue/router.py:Router.enqueue",
+    "pgqueue/router.py:Router.get_job",
+    "pgqueue/router.py:RoutedTask.enqueue",
+    "pgqueue/router.py:RoutedCall.enqueue",
+    "pgqueue/task.py:Task.enqueue",
+    "pgqueue/task.py:TaskCall.enqueue",
+    "pgqueue/workflow.py:Workflow.enqueue",
+    # the pools: psycopg's two pool classes (written once, beside each other)
+    "pgqueue/database.py:Database.pool",
+    "pgqueue/database.py:Database.close",
+    "pgqueue/app.py:App.close",
+    # middleware: users implement either hook; the base class forwards
+    "pgqueue/middleware.py:Middleware.process",
+    "pgqueue/contrib/sentry.py:SentryMiddleware.process",
+}
+
+
+def _pairs(root: Path) -> set[str]:
+    import ast
+
+    generated = {target.resolve() for target in _generator().MODULES.values()}
+    found: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        if path.resolve() in generated:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        scopes: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+        scopes += [(f"{n.name}.", n.body) for n in tree.body if isinstance(n, ast.ClassDef)]
+        for prefix, body in scopes:
+            sync = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+            for node in body:
+                if not isinstance(node, ast.AsyncFunctionDef):
+                    continue
+                name = node.name.removesuffix("_async")
+                if name != node.name and name in sync:
+                    rel = path.relative_to(root.parent).as_posix()
+                    found.add(f"{rel}:{prefix}{name}")
+    return found
+
+
+def test_no_hand_written_twins_beyond_the_known_doors() -> None:
+    assert _pairs(ROOT / "pgqueue") == ONE_BODY_PAIRS
+
+
+def test_the_twin_scan_finds_a_planted_pair(tmp_path: Path) -> None:
+    package = tmp_path / "pgqueue"
+    package.mkdir()
+    (package / "planted.py").write_text(
+        "class A:\n    def go(self): ...\n    async def go_async(self): ...\n"
+        "def f(): ...\nasync def f_async(): ...\n"
+    )
+    assert _pairs(package) == {"pgqueue/planted.py:A.go", "pgqueue/planted.py:f"}

@@ -193,10 +193,9 @@ def test_the_scan_fails_on_a_missing_or_empty_tree(tmp_path: Path) -> None:
 
 # Who may reach an App's Database (``app.database``, ``app.listen_database``)
 # of another object: the App itself (``self.database``), and the named parts
-# that wire a worker from it. No directory is exempt. Everything else (the
-# CLI, the HTTP API, Django, tasks, the dashboard) goes through App's methods
-# or, for reads the App does not offer, through operations run by a driver
-# handed to it.
+# that wire a worker or a drain from it. No directory is exempt. Everything
+# else (the CLI, the HTTP API, Django, tasks, the dashboard) goes through
+# App's methods.
 DATABASE_USERS = {
     "router.py",  # closes the async pool before its event loop ends
     "testing/drain.py",  # the WorkerApp's database, for the drain's own reads
@@ -217,11 +216,6 @@ def _database_reads(path: Path) -> list[int]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dashboard/data.py:513 still reaches app.database (its reads move to ops/ "
-    "in issue #42 item 5)",
-)
 def test_only_the_app_and_its_named_parts_reach_its_database() -> None:
     offenders = [
         f"{name}:{line}"
