@@ -238,9 +238,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         (
             Edit(
                 "pgqueue/subscribe.py",
-                '                elif note.payload.startswith("w:"):\n'
+                '                elif payload.startswith("w:"):\n'
                 "                    recheck = True\n",
-                '                elif note.payload.startswith("w:"):\n'
+                '                elif payload.startswith("w:"):\n'
                 "                    recheck = True\n"
                 "                    break\n",
             ),
