@@ -66,9 +66,10 @@ class JobSpec(NamedTuple):
     (``App.enqueue``, ``Task.with_options``, ``Workflow.add``, schedules, the
     CLI, the HTTP API) builds a JobSpec; ``pgqueue/ops/enqueue.py`` checks each
     option (``_JobBuilder``, with :mod:`pgqueue.validation`) and the SQL
-    enqueue functions resolve the defaults and validate again in the
-    database. :class:`EnqueueOptions` is the keyword form of the options
-    for typing ``**options`` (a test holds the two equal)."""
+    function ``enqueue_resolve`` resolves the defaults (priority precedence
+    included) and validates again in the database, for every enqueue path.
+    :class:`EnqueueOptions` is the keyword form of the options for typing
+    ``**options`` (a test holds the two equal)."""
 
     task: str
     payload: dict[str, Any] | None = None
