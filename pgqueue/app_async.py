@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 
@@ -23,6 +23,7 @@ from pgqueue.health_report import HealthReport, HealthSettings
 from pgqueue.models import (
     ArchiveLayout,
     Enqueued,
+    EnqueueOptions,
     Job,
     JobSpec,
     JobStatus,
@@ -72,48 +73,21 @@ class AsyncAppOperations(AppBase):
         task: str,
         payload: dict[str, Any] | None = None,
         *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: float | str | timedelta | None = None,
-        max_attempts: int | None = None,
-        dedup_key: str | None = None,
-        serial_key: str | None = None,
         conn: ConnectionLike | None = None,
-        dedup_window: float | timedelta | None = None,
-        debounce: float | timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        meta: dict[str, Any] | None = None,
-        depends_on: Sequence[int] | None = None,
-        allow_failed: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         """Enqueue one job by task name (the task need not be registered here);
         in ``conn``'s transaction when given (a psycopg connection, a SQLAlchemy
-        Connection/Session, or Django's connection). ``dedup_window``: no new
-        job if one with this dedup_key was created within that many seconds;
-        ``debounce``: postpone and update the queued job holding the key.
-        ``tags`` (up to 16 labels) and ``meta`` (a JSON object up to 8 KiB)
+        Connection/Session, or Django's connection). ``options``: the fields of
+        :class:`JobSpec` (``queue``, ``priority``, ``run_at``, ``delay``,
+        ``max_attempts``, ``dedup_key``, ``serial_key``, ...). ``dedup_window``:
+        no new job if one with this dedup_key was created within that many
+        seconds; ``debounce``: postpone and update the queued job holding the
+        key. ``tags`` (up to 16 labels) and ``meta`` (a JSON object up to 8 KiB)
         are stored with the job. ``depends_on``: ids of jobs this one waits for
         (status ``waiting``) until they succeeded; with ``allow_failed`` until
         they ended, whatever their end."""
-        spec = JobSpec(
-            task,
-            payload,
-            queue,
-            priority,
-            run_at,
-            delay,
-            max_attempts,
-            dedup_key,
-            serial_key,
-            dedup_window,
-            debounce,
-            tags,
-            meta,
-            depends_on,
-            allow_failed,
-        )
-        return await self.enqueue_spec_async(spec, conn=conn)
+        return await self.enqueue_spec_async(JobSpec(task, payload, **options), conn=conn)
 
     async def enqueue_spec_async(
         self, spec: JobSpec, *, conn: ConnectionLike | None = None

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 #: Field metadata: JSON output omits the field while it holds its default.
 OMIT_DEFAULT = {"json": "omit_default"}
@@ -59,7 +59,17 @@ class Enqueued(NamedTuple):
 class JobSpec(NamedTuple):
     """One job for :meth:`pgqueue.App.enqueue_many`; ``None`` fields take the
     task's defaults (or the queue's). Immutable; a named tuple because a bulk
-    enqueue builds one per job (about 3 times cheaper than a frozen dataclass)."""
+    enqueue builds one per job (about 3 times cheaper than a frozen dataclass).
+
+    The one description of the enqueue options: each field after ``payload``
+    is an option, with its type, its default and what it means. Every way in
+    (``App.enqueue``, ``Task.with_options``, ``Workflow.add``, schedules, the
+    CLI, the HTTP API) builds a JobSpec; ``pgqueue/ops/enqueue.py`` checks each
+    option (``_JobBuilder``, with :mod:`pgqueue.validation`) and the SQL
+    function ``enqueue_resolve`` resolves the defaults (priority precedence
+    included) and validates again in the database, for every enqueue path.
+    :class:`EnqueueOptions` is the keyword form of the options for typing
+    ``**options`` (a test holds the two equal)."""
 
     task: str
     payload: dict[str, Any] | None = None
@@ -85,6 +95,27 @@ class JobSpec(NamedTuple):
     #: Run once every dependency ended, whatever its end (else a dead or
     #: cancelled dependency cancels this job).
     allow_failed: bool = False
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of :class:`JobSpec` as keyword arguments: what
+    ``**options: Unpack[EnqueueOptions]`` takes in :meth:`pgqueue.App.enqueue`
+    and :meth:`pgqueue.Task.with_options`. Meanings and defaults are JobSpec's
+    (``tests/unit/test_enqueue_options.py`` fails when the two differ)."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    delay: float | str | timedelta | None
+    max_attempts: int | None
+    dedup_key: str | None
+    serial_key: str | None
+    dedup_window: float | timedelta | None
+    debounce: float | timedelta | None
+    tags: Sequence[str] | None
+    meta: dict[str, Any] | None
+    depends_on: Sequence[int] | None
+    allow_failed: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, Unpack
 
 from pgqueue import validation
 from pgqueue._adapters import ConnectionLike
 from pgqueue.errors import InvalidOption, InvalidPayload
-from pgqueue.models import Enqueued, JobSpec
+from pgqueue.models import Enqueued, EnqueueOptions, JobSpec
 from pgqueue.ops import TaskDefaults
 from pgqueue.retry import DEFAULT_BACKOFF, Backoff
 
@@ -75,46 +75,11 @@ class Task(Generic[P, R]):
         return f"<pgqueue.Task {self.name!r} queue={self.queue!r}>"
 
     def with_options(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: float | str | timedelta | None = None,
-        max_attempts: int | None = None,
-        dedup_key: str | None = None,
-        serial_key: str | None = None,
-        conn: ConnectionLike | None = None,
-        dedup_window: float | timedelta | None = None,
-        debounce: float | timedelta | None = None,
-        tags: Sequence[str] | None = None,
-        meta: dict[str, Any] | None = None,
-        depends_on: Sequence[int] | None = None,
-        allow_failed: bool = False,
+        self, *, conn: ConnectionLike | None = None, **options: Unpack[EnqueueOptions]
     ) -> TaskCall:
-        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``.
-        ``conn``: see :meth:`pgqueue.App.enqueue`."""
-        return TaskCall(
-            self,
-            JobSpec(
-                self.name,
-                None,
-                queue,
-                priority,
-                run_at,
-                delay,
-                max_attempts,
-                dedup_key,
-                serial_key,
-                dedup_window,
-                debounce,
-                tags,
-                meta,
-                depends_on,
-                allow_failed,
-            ),
-            conn,
-        )
+        """Options for the next enqueue, e.g. ``task.with_options(delay=30).enqueue(...)``:
+        the fields of :class:`pgqueue.JobSpec`. ``conn``: see :meth:`pgqueue.App.enqueue`."""
+        return TaskCall(self, JobSpec(self.name, None, **options), conn)
 
     def enqueue(self, *args: Any, **payload: Any) -> Enqueued:
         """Enqueue a job with the task's defaults; the arguments are its payload

@@ -726,29 +726,94 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean) RETURNS TABLE(queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real)
+    LANGUAGE sql STABLE
+    AS $$
+    -- The one place an enqueue's options are decided: every enqueue path
+    -- (enqueue_job for one job; enqueue_input, and so enqueue_batch,
+    -- enqueue_payloads, enqueue_windowed, enqueue_graph, replay_job and
+    -- fire_schedules, for job documents) takes its defaults and checks from
+    -- here. An option missing (NULL) takes, in order:
+    --   queue:         the task registry's (p_lookup), else 'default';
+    --   priority:      the operator's setting (pgqueue task set --priority),
+    --                  then the caller's task default (p_default_priority),
+    --                  then the registry's (p_lookup), else 0;
+    --   run_at:        now() + p_delay (the database clock, never the
+    --                  client's), else now();
+    --   max_attempts, lease_seconds, backoff: the registry's, else 5, 60, none.
+    -- p_lookup: the caller does not know the task (it sends only what it was
+    -- given; the workers' published definitions fill in the rest).
+    -- p_ord numbers the job in a batch's error messages (NULL: one job).
+    -- (A single SELECT of a STABLE SQL function: the planner inlines it into
+    -- its caller's statement, so a batch pays no function call per row.)
+    SELECT q.queue,
+           -- (Out of range, a priority is refused below; clamped here so that
+           -- the cast cannot fail first, when the planner folds constants.
+           -- Each column is named once: the planner copies an inlined
+           -- expression, subqueries included, into every place that names it.)
+           least(greatest(p.priority, -32768), 32767)::smallint,
+           t.run_at,
+           CASE WHEN p_waiting THEN 'waiting'
+                WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
+           coalesce(p_max_attempts, g.max_attempts, 5),
+           coalesce(p_lease_seconds, g.lease_seconds, 60),
+           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4]
+    -- The registry's row, read once (OFFSET 0 keeps the planner from
+    -- copying the look-up into each column that uses it); none unless p_lookup.
+    FROM (SELECT NULL) one
+    LEFT JOIN LATERAL (SELECT g.queue, g.priority, g.max_attempts, g.lease_seconds, g.backoff
+                       FROM {schema}.tasks g WHERE p_lookup AND g.name = p_task OFFSET 0) g ON true
+    CROSS JOIN LATERAL (SELECT coalesce(p_queue, g.queue, 'default') AS queue) q
+    CROSS JOIN LATERAL (SELECT coalesce(p_priority,
+                        CASE WHEN (SELECT EXISTS (SELECT 1 FROM {schema}.task_settings s
+                                                  WHERE s.priority IS NOT NULL)) THEN (
+                            SELECT s.priority FROM {schema}.task_settings s
+                            WHERE s.name = p_task) END,
+                        p_default_priority,
+                        g.priority, 0) AS priority) p
+    CROSS JOIN LATERAL (SELECT coalesce(p_run_at, now() + make_interval(secs => CASE
+                    WHEN p_delay BETWEEN 0 AND 3153600000 THEN coalesce(p_delay, 0) ELSE 0 END))
+                AS run_at) t
+    CROSS JOIN LATERAL (SELECT coalesce(p_backoff, g.backoff) AS backoff) b
+    -- The common case is decided by plain expressions (no function call);
+    -- anything else goes to check_job, which names the problem.
+    -- (No bounded repetitions like {1,255} in the patterns: PostgreSQL's
+    -- regex engine makes them ~100 times slower than a length check.)
+    WHERE CASE WHEN length(p_task) BETWEEN 1 AND 255 AND p_task !~ '[[:cntrl:]]'
+                    AND btrim(p_task) <> ''
+                    -- (A queue from the registry was checked when it was published.)
+                    AND length(coalesce(p_queue, 'default')) BETWEEN 1 AND 128
+                    AND coalesce(p_queue, 'default') !~ '[^A-Za-z0-9_.:-]'
+                    AND jsonb_typeof(p_payload) = 'object'
+                    AND pg_column_size(p_payload) * 8 <= least(8000,
+                            (SELECT l.max_payload_bytes FROM {schema}.limits l))
+                    AND (p_dedup_key IS NULL OR octet_length(p_dedup_key) BETWEEN 1 AND 1024)
+                    AND (p_serial_key IS NULL OR octet_length(p_serial_key) BETWEEN 1 AND 1024)
+                    AND (p_priority IS NULL OR p_priority BETWEEN -32768 AND 32767)
+                    AND (p_default_priority IS NULL OR p_default_priority BETWEEN -32768 AND 32767)
+                    AND (p_delay IS NULL OR p_delay BETWEEN 0 AND 3153600000)
+                    AND t.run_at >= '1970-01-01 00:00:00+00' AND t.run_at < '2500-01-01 00:00:00+00'
+                    AND (p_max_attempts IS NULL OR p_max_attempts >= 0)
+                    AND (p_lease_seconds IS NULL OR p_lease_seconds >= 1)
+                    AND p_backoff IS NULL AND p_tags IS NULL AND p_meta IS NULL
+               THEN true
+               ELSE {schema}.check_job(
+        p_ord, p_task, p_payload, q.queue, coalesce(p_priority, p_default_priority),
+        CASE WHEN p_delay IS NULL OR p_delay BETWEEN 0 AND 3153600000 THEN t.run_at
+             ELSE now() END,
+        p_delay, p_max_attempts, p_lease_seconds, p_dedup_key, p_serial_key, p_backoff,
+        coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576),
+        p_tags, p_meta) END
+$$;
+
 CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real, tags text[], meta jsonb, has_records boolean)
     LANGUAGE sql STABLE
     AS $$
-    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb),
-           coalesce(r.queue, CASE WHEN r.lookup THEN (
-               SELECT g.queue FROM {schema}.tasks g WHERE g.name = r.task) END, 'default'),
-           coalesce(r.priority,
-                    CASE WHEN (SELECT EXISTS (SELECT 1 FROM {schema}.task_settings s
-                                              WHERE s.priority IS NOT NULL)) THEN (
-                        SELECT s.priority FROM {schema}.task_settings s WHERE s.name = r.task) END,
-                    r.default_priority,
-                    CASE WHEN r.lookup THEN (
-                        SELECT g.priority FROM {schema}.tasks g WHERE g.name = r.task) END,
-                    0)::smallint,
-           t.run_at,
-           CASE WHEN r.waiting THEN 'waiting'
-                WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
-           coalesce(r.max_attempts, CASE WHEN r.lookup THEN (
-               SELECT g.max_attempts FROM {schema}.tasks g WHERE g.name = r.task) END, 5),
-           coalesce(r.lease_seconds, CASE WHEN r.lookup THEN (
-               SELECT g.lease_seconds FROM {schema}.tasks g WHERE g.name = r.task) END, 60),
-           r.dedup_key, r.serial_key,
-           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4],
+    -- The rows of a JSON array of job objects, resolved and checked by
+    -- enqueue_resolve (both inlined: one statement for the whole batch).
+    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb), v.queue, v.priority, v.run_at,
+           v.status, v.max_attempts, v.lease_seconds, r.dedup_key, r.serial_key,
+           v.backoff_base, v.backoff_factor, v.backoff_max, v.backoff_jitter,
            r.tags, r.meta, CASE WHEN r.records THEN true END
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
         task text, payload jsonb, queue text, priority integer,
@@ -758,107 +823,50 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
         WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                              lease_seconds, dedup_key, serial_key, backoff, lookup,
                              default_priority, tags, meta, waiting, records, ord)
-    -- delay is added to the database clock, never the client's.
-    CROSS JOIN LATERAL (SELECT coalesce(r.run_at, now() + make_interval(secs => CASE
-                            WHEN r.delay BETWEEN 0 AND 3153600000 THEN coalesce(r.delay, 0) ELSE 0 END))
-                        AS run_at) t
-    CROSS JOIN LATERAL (SELECT coalesce(r.backoff, CASE WHEN r.lookup THEN (
-                            SELECT g.backoff FROM {schema}.tasks g WHERE g.name = r.task) END)
-                        AS backoff) b
-    -- The common case is decided by plain expressions (no function call per
-    -- row); anything else goes to check_job, which names the problem.
-    -- (No bounded repetitions like {1,255} in the patterns: PostgreSQL's
-    -- regex engine makes them ~100 times slower than a length check.)
-    WHERE CASE WHEN length(r.task) BETWEEN 1 AND 255 AND r.task !~ '[[:cntrl:]]'
-                    AND btrim(r.task) <> ''
-                    AND length(coalesce(r.queue, 'default')) BETWEEN 1 AND 128
-                    AND coalesce(r.queue, 'default') !~ '[^A-Za-z0-9_.:-]'
-                    AND jsonb_typeof(coalesce(r.payload, '{}'::jsonb)) = 'object'
-                    AND pg_column_size(coalesce(r.payload, '{}'::jsonb)) * 8 <= least(8000,
-                            (SELECT l.max_payload_bytes FROM {schema}.limits l))
-                    AND (r.dedup_key IS NULL OR octet_length(r.dedup_key) BETWEEN 1 AND 1024)
-                    AND (r.serial_key IS NULL OR octet_length(r.serial_key) BETWEEN 1 AND 1024)
-                    AND (r.priority IS NULL OR r.priority BETWEEN -32768 AND 32767)
-                    AND (r.default_priority IS NULL OR r.default_priority BETWEEN -32768 AND 32767)
-                    AND (r.delay IS NULL OR r.delay BETWEEN 0 AND 3153600000)
-                    AND t.run_at >= '1970-01-01 00:00:00+00' AND t.run_at < '2500-01-01 00:00:00+00'
-                    AND (r.max_attempts IS NULL OR r.max_attempts >= 0)
-                    AND (r.lease_seconds IS NULL OR r.lease_seconds >= 1)
-                    AND r.backoff IS NULL AND r.tags IS NULL AND r.meta IS NULL
-               THEN true
-               ELSE {schema}.check_job(
+    CROSS JOIN LATERAL {schema}.enqueue_resolve(
         CASE WHEN jsonb_array_length(p_jobs) > 1 THEN r.ord END, r.task,
-        coalesce(r.payload, '{}'::jsonb), coalesce(r.queue, 'default'),
-        coalesce(r.priority, r.default_priority),
-        CASE WHEN r.delay IS NULL OR r.delay BETWEEN 0 AND 3153600000 THEN t.run_at
-             ELSE now() END,
+        coalesce(r.payload, '{}'::jsonb), r.queue, r.priority, r.default_priority, r.run_at,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
-        coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576),
-        r.tags, r.meta) END
+        r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false)) v
 $$;
 
 CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer) RETURNS TABLE(job_id bigint, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET plan_cache_mode TO 'auto'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    v_max_bytes integer;
-    v_quotas    boolean;
-    v_registry  {schema}.tasks;
-    v_setting   smallint;
-    v_known     boolean;
-    v_queue     text;
-    v_priority  integer;
-    v_run_at    timestamptz;
-    v_status    {schema}.job_status;
-    v_backoff   real[];
-    v_id        bigint;
-    v_notified  text;
+    v_queue        text;
+    v_priority     smallint;
+    v_run_at       timestamptz;
+    v_status       {schema}.job_status;
+    v_max_attempts integer;
+    v_lease        integer;
+    v_b1           real;
+    v_b2           real;
+    v_b3           real;
+    v_b4           real;
+    v_quotas       boolean;
+    v_known        boolean;
+    v_id           bigint;
+    v_notified     text;
 BEGIN
-    IF p_lookup THEN
-        SELECT g.* INTO v_registry FROM {schema}.tasks g WHERE g.name = p_task;
-    END IF;
-    v_queue := coalesce(p_queue, v_registry.queue, 'default');
-    -- One statement reads the limits, whether the queue is registered and,
-    -- when some operator priority setting exists, the task's.
-    SELECT l.max_payload_bytes, l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL,
-           CASE WHEN p_priority IS NULL AND EXISTS (
-                    SELECT 1 FROM {schema}.task_settings s WHERE s.priority IS NOT NULL)
-                THEN (SELECT s.priority FROM {schema}.task_settings s WHERE s.name = p_task) END,
-           EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = v_queue)
-    INTO v_max_bytes, v_quotas, v_setting, v_known
-    FROM {schema}.limits l;
-    v_priority := coalesce(p_priority, v_setting, p_default_priority, v_registry.priority, 0);
-    v_backoff := coalesce(p_backoff, v_registry.backoff);
-    -- delay is added to the database clock, never the client's.
-    v_run_at := coalesce(p_run_at, now() + make_interval(secs => CASE
-                    WHEN p_delay BETWEEN 0 AND 3153600000 THEN coalesce(p_delay, 0) ELSE 0 END));
-    -- The common case is decided by plain expressions, as in enqueue_input;
-    -- anything else goes to check_job, which names the problem.
-    IF NOT coalesce(
-            length(p_task) BETWEEN 1 AND 255 AND p_task !~ '[[:cntrl:]]' AND btrim(p_task) <> ''
-            AND length(v_queue) BETWEEN 1 AND 128 AND v_queue !~ '[^A-Za-z0-9_.:-]'
-            AND jsonb_typeof(p_payload) = 'object'
-            AND pg_column_size(p_payload) * 8 <= least(8000, v_max_bytes)
-            AND (p_dedup_key IS NULL OR octet_length(p_dedup_key) BETWEEN 1 AND 1024)
-            AND (p_serial_key IS NULL OR octet_length(p_serial_key) BETWEEN 1 AND 1024)
-            AND (p_priority IS NULL OR p_priority BETWEEN -32768 AND 32767)
-            AND (p_default_priority IS NULL OR p_default_priority BETWEEN -32768 AND 32767)
-            AND (p_delay IS NULL OR p_delay BETWEEN 0 AND 3153600000)
-            AND v_run_at >= '1970-01-01 00:00:00+00' AND v_run_at < '2500-01-01 00:00:00+00'
-            AND (p_max_attempts IS NULL OR p_max_attempts >= 0)
-            AND (p_lease_seconds IS NULL OR p_lease_seconds >= 1)
-            AND p_backoff IS NULL, false) THEN
-        PERFORM {schema}.check_job(
-            NULL, p_task, coalesce(p_payload, 'null'::jsonb), v_queue,
-            coalesce(p_priority, p_default_priority),
-            CASE WHEN p_delay IS NULL OR p_delay BETWEEN 0 AND 3153600000 THEN v_run_at
-                 ELSE now() END,
-            p_delay, p_max_attempts, p_lease_seconds, p_dedup_key, p_serial_key, p_backoff,
-            coalesce(v_max_bytes, 1048576));
-    END IF;
-    v_status := CASE WHEN v_run_at > now() THEN 'scheduled' ELSE 'queued' END;
+    -- One statement resolves and checks the options (enqueue_resolve,
+    -- inlined), reads whether quotas are set and whether the queue is
+    -- registered. (A generic plan, cached: under 'auto' the planner keeps
+    -- choosing custom plans for it, made again on every call, which cost as
+    -- much as the rest of the enqueue.)
+    SELECT r.queue, r.priority, r.run_at, r.status, r.max_attempts, r.lease_seconds,
+           r.backoff_base, r.backoff_factor, r.backoff_max, r.backoff_jitter,
+           l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
+           EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
+    INTO v_queue, v_priority, v_run_at, v_status, v_max_attempts, v_lease,
+         v_b1, v_b2, v_b3, v_b4, v_quotas, v_known
+    FROM {schema}.enqueue_resolve(
+             NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+             p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false) r
+    LEFT JOIN {schema}.limits l ON true;
 
     IF p_dedup_key IS NULL THEN
         -- Nothing can conflict: a plain insert, no speculative insertion.
@@ -866,9 +874,7 @@ BEGIN
             task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
             serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
         VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                coalesce(p_max_attempts, v_registry.max_attempts, 5),
-                coalesce(p_lease_seconds, v_registry.lease_seconds, 60),
-                p_serial_key, v_backoff[1], v_backoff[2], v_backoff[3], v_backoff[4])
+                v_max_attempts, v_lease, p_serial_key, v_b1, v_b2, v_b3, v_b4)
         RETURNING j.id INTO v_id;
         created := true;
     ELSE
@@ -877,10 +883,7 @@ BEGIN
                 task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
                 dedup_key, serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
             VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                    coalesce(p_max_attempts, v_registry.max_attempts, 5),
-                    coalesce(p_lease_seconds, v_registry.lease_seconds, 60),
-                    p_dedup_key, p_serial_key, v_backoff[1], v_backoff[2], v_backoff[3],
-                    v_backoff[4])
+                    v_max_attempts, v_lease, p_dedup_key, p_serial_key, v_b1, v_b2, v_b3, v_b4)
             ON CONFLICT (queue, dedup_key)
                 WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
             DO NOTHING

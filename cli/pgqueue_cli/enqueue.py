@@ -9,6 +9,7 @@ import typer
 
 import pgqueue
 from pgqueue.errors import InvalidOption
+from pgqueue.models import EnqueueOptions
 from pgqueue_cli import output, parsing
 from pgqueue_cli.context import open_app
 from pgqueue_cli.options import JsonOption, ProgressOption, QuietOption
@@ -130,32 +131,26 @@ def enqueue(
     wait = parsing.optional_duration("--delay", delay)
     window = parsing.optional_duration("--dedup-window", dedup_window)
     settle = parsing.optional_duration("--debounce", debounce)
-    tags = tag or None
-    extra = parsing.json_object(meta, "--meta") if meta is not None else None
+    options = EnqueueOptions(
+        queue=queue,
+        priority=priority,
+        run_at=when,
+        delay=wait,
+        max_attempts=max_attempts,
+        dedup_key=dedup_key,
+        serial_key=serial_key,
+        dedup_window=window,
+        debounce=settle,
+        tags=tag or None,
+        meta=parsing.json_object(meta, "--meta") if meta is not None else None,
+        depends_on=depends_on or None,
+        allow_failed=allow_failed,
+    )
     if batch:
         if payload is not None or payload_file is not None:
             raise InvalidOption("--batch reads payloads from stdin: drop --payload/--payload-file")
         payloads = parsing.json_lines(sys.stdin.read().splitlines(), "stdin")
-        specs = [
-            pgqueue.JobSpec(
-                task,
-                p,
-                queue,
-                priority,
-                when,
-                wait,
-                max_attempts,
-                dedup_key,
-                serial_key,
-                window,
-                settle,
-                tags,
-                extra,
-                depends_on or None,
-                allow_failed,
-            )
-            for p in payloads
-        ]
+        specs = [pgqueue.JobSpec(task, p, **options) for p in payloads]
         show_bar = output.progress_wanted(progress, quiet=quiet, as_json=as_json)
         with open_app() as app:
             results = enqueue_all(app, specs, batch_size, show_bar)
@@ -170,23 +165,7 @@ def enqueue(
         return
     body = _one_payload(payload, payload_file)
     with open_app() as app:
-        result = app.enqueue(
-            task,
-            body,
-            queue=queue,
-            priority=priority,
-            run_at=when,
-            delay=wait,
-            max_attempts=max_attempts,
-            dedup_key=dedup_key,
-            serial_key=serial_key,
-            dedup_window=window,
-            debounce=settle,
-            tags=tags,
-            meta=extra,
-            depends_on=depends_on or None,
-            allow_failed=allow_failed,
-        )
+        result = app.enqueue(task, body, **options)
     if as_json:
         output.print_json(result)
     elif not quiet:

@@ -111,8 +111,10 @@ class _JobBuilder:
             obj["queue"] = queue
         if spec.priority is not None:
             obj["priority"] = validation.priority(spec.priority)
-        elif defaults.priority:
-            # Below an operator's priority setting (pgqueue task set --priority).
+        if defaults.priority:
+            # Which priority wins (the caller's, an operator's setting, this
+            # task default, the registry's) is decided in one place, the SQL
+            # function enqueue_resolve: both are sent as they are.
             obj["default_priority"] = defaults.priority
         max_attempts = validation.max_attempts(
             spec.max_attempts if spec.max_attempts is not None else defaults.max_attempts
