@@ -33,7 +33,6 @@ from pgqueue.ops import tasks as task_ops
 from pgqueue.version import SCHEMA_REVISION
 
 if TYPE_CHECKING:
-
     pass
 
 Severity = Literal["ok", "warn", "error"]
