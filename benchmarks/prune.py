@@ -40,7 +40,7 @@ def measure(server: Server, layout: str, rows: int, days: int) -> dict[str, Any]
             app.migrate()
             if layout == "partitioned":
                 app.partition_archive("day")
-                with app.database.connect() as conn:
+                with app._database.connect() as conn:
                     # As after `days` days of running partitioned: the (empty)
                     # partition of what came before is gone, day partitions hold
                     # the history.
@@ -52,7 +52,7 @@ def measure(server: Server, layout: str, rows: int, days: int) -> dict[str, Any]
                         (timedelta(days=days + 1),),
                     )
             started = time.perf_counter()
-            with app.database.connect() as conn:
+            with app._database.connect() as conn:
                 conn.execute(FILL, {"span": timedelta(days=days), "rows": rows})
                 conn.execute("VACUUM ANALYZE pgqueue.jobs_archive")
             fill_seconds = time.perf_counter() - started
@@ -63,7 +63,7 @@ def measure(server: Server, layout: str, rows: int, days: int) -> dict[str, Any]
             seconds = time.perf_counter() - started
             wal_bytes = server.wal_lsn() - wal_before
             left = app.archive_layout()
-            with app.database.connect() as conn:
+            with app._database.connect() as conn:
                 row = conn.execute("SELECT count(*) FROM pgqueue.jobs_archive").fetchone()
             remaining = int(row[0]) if row else -1
     finally:

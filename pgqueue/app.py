@@ -56,19 +56,19 @@ class App(AppOperations, AsyncAppOperations):
         subscription."""
         if self._hub is not None:
             self._hub.close()
-        self.database.close()
+        self._database.close()
 
     async def close_async(self) -> None:
         """Async twin of :meth:`close`."""
         if self._hub is not None:
             await asyncio.to_thread(self._hub.close)
-        await self.database.close_async()
+        await self._database.close_async()
 
     async def close_async_pool(self) -> None:
         """Close only the async pool, which belongs to the event loop now
         ending (it reopens in the next one); the sync pool and the
         subscriptions stay open."""
-        await self.database.close_async_pool()
+        await self._database.close_async_pool()
 
     def point_at(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         """Point this App, in place, at the database ``dsn`` and/or the schema
@@ -85,8 +85,8 @@ class App(AppOperations, AsyncAppOperations):
         # Everything is built (and so checked) before anything changes.
         new_schema = self.schema if schema is None else validation.schema_name(schema)
         new_dsn = self.dsn if dsn is None else resolve_dsn(dsn)
-        queries = self.queries if new_schema == self.schema else queries_for(new_schema)
-        old = self.database
+        queries = self._queries if new_schema == self.schema else queries_for(new_schema)
+        old = self._database
         database = Database(
             new_dsn,
             queries,
@@ -96,10 +96,14 @@ class App(AppOperations, AsyncAppOperations):
             transaction_pooler=old.transaction_pooler,
         )
         listen_dsn = self.listen_dsn if new_dsn == self.dsn else (new_dsn if self.listen else None)
-        listen_database = self._listen_database(database, new_dsn, listen_dsn)
+        listen_database = self._make_listen_database(database, new_dsn, listen_dsn)
         self.close()
-        self.schema, self.dsn, self.queries = new_schema, new_dsn, queries
-        self.database, self.listen_dsn, self.listen_database = database, listen_dsn, listen_database
+        self.schema, self.dsn, self._queries = new_schema, new_dsn, queries
+        self._database, self.listen_dsn, self._listen_database = (
+            database,
+            listen_dsn,
+            listen_database,
+        )
         self._hub = None
         if queries is not self.op_context.queries:
             self.op_context = replace(self.op_context, schema=new_schema, queries=queries)
@@ -222,7 +226,7 @@ class App(AppOperations, AsyncAppOperations):
     def job_dependencies(self, job_id: int) -> tuple[int | None, list[tuple[str, str, Any]]]:
         """A job's workflow id and direct dependencies as (name, status, result)
         (what ``context.dependency_results()`` reads)."""
-        return self.database.run(workflows.dependencies(job_id))
+        return self._database.run(workflows.dependencies(job_id))
 
     # --- event stream -------------------------------------------------------------
 
@@ -259,7 +263,7 @@ class App(AppOperations, AsyncAppOperations):
         if self._hub is None:
             self._hub = Hub(
                 self.listen_dsn,
-                self.queries,
+                self._queries,
                 "cannot LISTEN: "
                 + (
                     "a transaction-mode pooler (pooler='transaction') does not keep "

@@ -93,7 +93,7 @@ class AsyncAppOperations(AppBase):
         self, spec: JobSpec, *, conn: ConnectionLike | None = None
     ) -> Enqueued:
         """Enqueue one :class:`JobSpec` (what :meth:`enqueue` and ``task.enqueue`` call)."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             enqueue.enqueue_one(self.op_context, spec), await async_connection(conn)
         )
 
@@ -102,7 +102,7 @@ class AsyncAppOperations(AppBase):
     ) -> list[Enqueued]:
         """Enqueue many jobs in one statement and one transaction (all or
         nothing); dedup hits return the live job's id, in input order."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             enqueue.enqueue_many(self.op_context, specs), await async_connection(conn)
         )
 
@@ -111,7 +111,7 @@ class AsyncAppOperations(AppBase):
         """A pooled connection in a transaction, to pass as ``conn=`` to calls
         that must commit together (``pgqueue enqueue --file`` uses it): it
         commits when the block ends, and rolls back on an exception."""
-        pool = await self.database.pool_async()
+        pool = await self._database.pool_async()
         async with pool.connection() as conn, conn.transaction():
             yield conn
 
@@ -121,25 +121,25 @@ class AsyncAppOperations(AppBase):
         self, workflow: Workflow, *, conn: ConnectionLike | None = None
     ) -> WorkflowRun:
         """Write ``workflow``'s steps (what :meth:`Workflow.enqueue` calls)."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             workflows.enqueue_workflow(self.op_context, workflow), await async_connection(conn)
         )
 
     async def get_workflow_async(self, workflow_id: int) -> WorkflowInfo:
         """A workflow with each step's job and what it waits for."""
-        return await self.database.run_async(workflows.get_workflow(workflow_id))
+        return await self._database.run_async(workflows.get_workflow(workflow_id))
 
     async def cancel_workflow_async(self, workflow_id: int) -> int:
         """Cancel the workflow's live steps (running ones are asked to stop);
         returns how many were cancelled or asked to stop."""
-        return await self.database.run_async(workflows.cancel_workflow(workflow_id))
+        return await self._database.run_async(workflows.cancel_workflow(workflow_id))
 
     async def list_workflows_async(
         self, status: str | None = None, limit: int = 50, *, name: str | None = None
     ) -> list[WorkflowInfo]:
         """Workflows, newest first (``status``: running, succeeded or failed;
         ``name``: only the workflows of that name)."""
-        return await self.database.run_async(workflows.list_workflows(status, limit, name))
+        return await self._database.run_async(workflows.list_workflows(status, limit, name))
 
     # --- low-level consumer API ----------------------------------------------
 
@@ -153,7 +153,7 @@ class AsyncAppOperations(AppBase):
         """Lease up to ``max`` ready jobs of ``queue`` (a name, names, or None
         for every queue), highest priority first, then by run_at and id;
         ``lease_seconds`` overrides the jobs' own."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
         )
 
@@ -163,12 +163,12 @@ class AsyncAppOperations(AppBase):
         changing nothing, when this lease is no longer valid, and
         InvalidPayload, changing nothing, for a result that cannot be stored."""
         value = storable_result(result, self.max_result_bytes)
-        await self.database.run_async(consume.ack_many(self.op_context, [leased], [value]))
+        await self._database.run_async(consume.ack_many(self.op_context, [leased], [value]))
 
     async def ack_many_async(self, leased: Sequence[LeasedJob]) -> None:
         """Ack many jobs in one statement; LeaseLost names any that were stale
         (the others are acked)."""
-        await self.database.run_async(consume.ack_many(self.op_context, leased))
+        await self._database.run_async(consume.ack_many(self.op_context, leased))
 
     async def fail_async(
         self,
@@ -181,7 +181,7 @@ class AsyncAppOperations(AppBase):
         backoff, or dead-letter when ``permanent`` or out of attempts. Returns
         the job's new status; raises LeaseLost for a stale lease."""
         return JobStatus(
-            await self.database.run_async(
+            await self._database.run_async(
                 consume.fail(self.op_context, leased, error, retry_at, permanent)
             )
         )
@@ -189,17 +189,17 @@ class AsyncAppOperations(AppBase):
     async def nack_async(self, leased: LeasedJob) -> None:
         """Hand a leased job back to its queue now, unrun (the attempt is
         recorded as ``released`` and does not count)."""
-        await self.database.run_async(consume.nack_many(self.op_context, [leased]))
+        await self._database.run_async(consume.nack_many(self.op_context, [leased]))
 
     async def extend_async(self, leased: LeasedJob, seconds: float) -> bool:
         """Extend the lease to now + ``seconds``; False when the lease is lost."""
-        return await self.database.run_async(consume.extend(self.op_context, leased, seconds))
+        return await self._database.run_async(consume.extend(self.op_context, leased, seconds))
 
     # --- inspection ------------------------------------------------------------
 
     async def get_job_async(self, job_id: int, history: bool = False) -> Job:
         """A job by id (live or archived); ``history=True`` loads every attempt."""
-        return await self.database.run_async(inspect.get_job(job_id, history))
+        return await self._database.run_async(inspect.get_job(job_id, history))
 
     async def list_jobs_async(
         self,
@@ -213,18 +213,18 @@ class AsyncAppOperations(AppBase):
     ) -> Page:
         """A page of jobs, newest first; pass ``page.next_cursor`` for the next one.
         ``tags``: only jobs having every one of them."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             inspect.list_jobs(queue, status, task, limit, cursor, tags)
         )
 
     async def metrics_async(self, queue: str | None = None) -> dict[str, QueueMetrics]:
         """Counts per queue: queued, scheduled, running, succeeded (last hour),
         dead, cancelled, oldest ready age, paused."""
-        return await self.database.run_async(inspect.metrics(queue))
+        return await self._database.run_async(inspect.metrics(queue))
 
     async def explain_async(self, job_id: int) -> str:
         """Why a job is where it is, in plain words."""
-        return await self.database.run_async(inspect.explain(job_id))
+        return await self._database.run_async(inspect.explain(job_id))
 
     async def result_async(self, job_id: int, timeout: float | None = None) -> Any:
         """The job's stored return value, waiting (via NOTIFY, or polling when
@@ -232,7 +232,7 @@ class AsyncAppOperations(AppBase):
         is held while waiting. Raises JobFailed (dead), JobCancelled,
         ResultTimeout, or ResultNotStored (it succeeded, but its return value
         could not be stored)."""
-        return await self.database.run_released_async(self._result_op(job_id, timeout))
+        return await self._database.run_released_async(self._result_op(job_id, timeout))
 
     # --- the dashboard's reads (bounded; see pgqueue.ops.dashboard) ---------------
 
@@ -242,12 +242,12 @@ class AsyncAppOperations(AppBase):
         """A page of the jobs ``flt`` matches as the dashboard lists them: the
         statements of :meth:`list_jobs`, finished statuses in the order of
         their finish, free text searched over a bounded window of ids."""
-        return await self.database.run_async(inspect.job_page(flt, cursor, limit))
+        return await self._database.run_async(inspect.job_page(flt, cursor, limit))
 
     async def queue_rows_async(self, finished: bool = True) -> list[QueueRow]:
         """Every queue's counts as :meth:`metrics` counts them, saying which
         are capped or estimated; ``finished=False``: the live counts only."""
-        return await self.database.run_async(dashboard.queue_rows(finished))
+        return await self._database.run_async(dashboard.queue_rows(finished))
 
     async def throughput_async(
         self,
@@ -256,25 +256,25 @@ class AsyncAppOperations(AppBase):
     ) -> Throughput:
         """Jobs finished in each of the last 60 minutes and in the hour, exact
         up to ``per_minute`` a minute and ``hour_cap`` an hour, estimated past."""
-        return await self.database.run_async(dashboard.throughput(per_minute, hour_cap))
+        return await self._database.run_async(dashboard.throughput(per_minute, hour_cap))
 
     async def dead_groups_async(
         self, sample: int = dashboard.DEAD_GROUP_SAMPLE
     ) -> tuple[list[DeadGroup], bool]:
         """The newest ``sample`` dead jobs grouped by task, error code and
         message fingerprint; True when the sample was full."""
-        return await self.database.run_async(dashboard.dead_groups(sample))
+        return await self._database.run_async(dashboard.dead_groups(sample))
 
     async def dead_group_batch_async(
         self, group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
     ) -> tuple[list[int], tuple[datetime, int] | None]:
         """The ids of one dead-letter group among the next ``scan`` dead jobs
         of its task, and the cursor after them (None: no more)."""
-        return await self.database.run_async(dashboard.dead_group_batch(group, cursor, scan))
+        return await self._database.run_async(dashboard.dead_group_batch(group, cursor, scan))
 
     async def change_mark_async(self) -> tuple[Any, ...]:
         """A tuple that changes whenever jobs, queues or workers change."""
-        return await self.database.run_async(dashboard.change_mark())
+        return await self._database.run_async(dashboard.change_mark())
 
     # --- administration ----------------------------------------------------------
 
@@ -282,7 +282,7 @@ class AsyncAppOperations(AppBase):
         """Cancel a job: queued or scheduled ones end ``cancelled`` now (returns
         cancelled); a running one is asked to stop and ends cancelled when its
         attempt ends (returns running). Cancelling a finished job is an error."""
-        return await self.database.run_async(operator.cancel(job_id))
+        return await self._database.run_async(operator.cancel(job_id))
 
     async def cancel_many_async(
         self,
@@ -298,7 +298,7 @@ class AsyncAppOperations(AppBase):
         running; running ones are asked to stop); returns the ids. Call again
         until it returns fewer than ``limit``."""
         params = operator.cancel_params(job_ids, queue, task, statuses, limit)
-        return [r[0] for r in await self.database.run_async(operator.cancel_batch(params))]
+        return [r[0] for r in await self._database.run_async(operator.cancel_batch(params))]
 
     async def count_cancellable_async(
         self,
@@ -310,32 +310,32 @@ class AsyncAppOperations(AppBase):
         """How many live jobs :meth:`cancel_many` with these filters would
         cancel (or ask to stop) now, counted in one statement."""
         params = operator.cancel_params(None, queue, task, statuses)
-        return await self.database.run_async(operator.count_cancellable(params))
+        return await self._database.run_async(operator.count_cancellable(params))
 
     async def job_statuses_async(self, job_ids: Sequence[int]) -> dict[int, str]:
         """The status of each of these jobs that exists (live or archived),
         by id, in one statement; ids of no job are left out."""
-        return await self.database.run_async(operator.job_statuses(job_ids))
+        return await self._database.run_async(operator.job_statuses(job_ids))
 
     async def list_queues_async(self) -> list[str]:
         """The name of every queue the database knows, sorted."""
-        return await self.database.run_async(operator.queue_names())
+        return await self._database.run_async(operator.queue_names())
 
     async def schema_summary_async(self) -> dict[str, int]:
         """What :meth:`uninstall` would drop: ``jobs``, ``archived_jobs``,
         ``live_jobs`` (queued or running) and ``live_workers``."""
-        return await self.database.run_async(operator.schema_summary())
+        return await self._database.run_async(operator.schema_summary())
 
     async def uninstall_async(self) -> None:
         """Drop this App's schema with every job, schedule and setting in it
         (what ``pgqueue uninstall`` does after its checks); cannot be undone."""
-        await self.database.run_async(operator.drop_schema())
-        await self.database.close_async()
+        await self._database.run_async(operator.drop_schema())
+        await self._database.close_async()
 
     async def delete_queue_async(self, queue: str) -> None:
         """Delete a queue and its settings (pause, limits); refused with
         InvalidJobState while it holds live or dead jobs."""
-        await self.database.run_async(operator.delete_queue(queue))
+        await self._database.run_async(operator.delete_queue(queue))
 
     async def replay_async(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
@@ -345,11 +345,11 @@ class AsyncAppOperations(AppBase):
         ``replayed_from``, the fields of ``pgqueue jobs replay --json``).
         An admin action: a producer or worker role gets PermissionDenied."""
         op = admin.replay(job_id, queue, run_at, schema=self.schema)
-        return Replayed(await self.database.run_async(op), job_id)
+        return Replayed(await self._database.run_async(op), job_id)
 
     async def requeue_dead_async(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""
-        await self.database.run_async(admin.requeue_dead(job_id))
+        await self._database.run_async(admin.requeue_dead(job_id))
 
     async def requeue_dead_many_async(
         self,
@@ -363,19 +363,19 @@ class AsyncAppOperations(AppBase):
         ``job_ids`` or else by the queue/task filters; returns the ids requeued.
         Call again until it returns fewer than ``limit``. Jobs whose dedup key
         is live again are skipped."""
-        return await self.database.run_async(admin.requeue_dead_batch(job_ids, queue, task, limit))
+        return await self._database.run_async(admin.requeue_dead_batch(job_ids, queue, task, limit))
 
     async def count_dead_async(self, queue: str | None = None, task: str | None = None) -> int:
         """How many dead jobs match the filters."""
-        return await self.database.run_async(admin.count_dead(queue, task))
+        return await self._database.run_async(admin.count_dead(queue, task))
 
     async def pause_queue_async(self, queue: str) -> None:
         """Stop every worker from leasing jobs of ``queue`` (enqueue still works)."""
-        await self.database.run_async(admin.set_paused(queue, True))
+        await self._database.run_async(admin.set_paused(queue, True))
 
     async def resume_queue_async(self, queue: str) -> None:
         """Let workers lease jobs of ``queue`` again."""
-        await self.database.run_async(admin.set_paused(queue, False))
+        await self._database.run_async(admin.set_paused(queue, False))
 
     async def set_queue_limit_async(
         self, queue: str, concurrency: int | None = None, rate: str | None = None
@@ -383,7 +383,7 @@ class AsyncAppOperations(AppBase):
         """Limit ``queue`` across all workers: at most ``concurrency`` jobs
         running, at most ``rate`` (e.g. ``"100/1m"``) lease starts per sliding
         window. None lifts that limit."""
-        await self.database.run_async(admin.set_limits(queue, concurrency, rate))
+        await self._database.run_async(admin.set_limits(queue, concurrency, rate))
 
     # --- schedules ---------------------------------------------------------------
 
@@ -406,7 +406,7 @@ class AsyncAppOperations(AppBase):
         seconds last (croniter's order); fire times follow ``timezone``'s DST.
         ``queue``, ``priority`` and ``max_attempts`` left None take the task's
         defaults when the job is enqueued. Each job's run_at is its fire time."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             schedules.add_schedule(
                 self.op_context,
                 name,
@@ -424,33 +424,33 @@ class AsyncAppOperations(AppBase):
 
     async def list_schedules_async(self) -> list[Schedule]:
         """Every schedule, by name."""
-        return await self.database.run_async(schedules.list_schedules())
+        return await self._database.run_async(schedules.list_schedules())
 
     async def get_schedule_async(self, name: str) -> Schedule:
         """One schedule by name; raises ScheduleNotFound."""
-        return await self.database.run_async(schedules.get_schedule(name))
+        return await self._database.run_async(schedules.get_schedule(name))
 
     async def enable_schedule_async(self, name: str) -> Schedule:
         """Enable a schedule; it next fires at its first slot after now."""
-        return await self.database.run_async(schedules.enable_schedule(self.op_context, name))
+        return await self._database.run_async(schedules.enable_schedule(self.op_context, name))
 
     async def disable_schedule_async(self, name: str) -> Schedule:
         """Disable a schedule: it does not fire (nor catch up) until enabled."""
-        return await self.database.run_async(schedules.disable_schedule(name))
+        return await self._database.run_async(schedules.disable_schedule(name))
 
     async def remove_schedule_async(self, name: str) -> None:
         """Delete a schedule; the jobs it already enqueued stay."""
-        await self.database.run_async(schedules.remove_schedule(name))
+        await self._database.run_async(schedules.remove_schedule(name))
 
     async def run_schedule_now_async(self, name: str) -> Enqueued:
         """Enqueue one job of the schedule now (its fire times do not change)."""
-        return await self.database.run_async(schedules.run_schedule_now(self.op_context, name))
+        return await self._database.run_async(schedules.run_schedule_now(self.op_context, name))
 
     # --- maintenance -----------------------------------------------------------
 
     async def reap_async(self) -> int:
         """Reclaim jobs whose lease expired (as workers do periodically); returns how many."""
-        return await self.database.run_async(maintenance.reap(self.op_context))
+        return await self._database.run_async(maintenance.reap(self.op_context))
 
     async def archive_async(
         self,
@@ -462,7 +462,7 @@ class AsyncAppOperations(AppBase):
     ) -> int:
         """Move finished jobs older than ``older_than`` (``"7d"``, seconds, a
         timedelta) to the archive table in short batches; returns how many."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             maintenance.archive(self.op_context, older_than, limit, statuses, batch_size, progress)
         )
 
@@ -478,7 +478,7 @@ class AsyncAppOperations(AppBase):
         returns ``{"attempts": n, "archived_jobs": m}``. Finished jobs go by
         whole time ranges, as retention removes them, then the archive
         table's rows (:meth:`archive`)."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )
 
@@ -497,30 +497,30 @@ class AsyncAppOperations(AppBase):
 
             app.set_retention(succeeded="6h", dead="90d")
         """
-        return await self.database.run_async(retention.set_(succeeded, cancelled, dead))
+        return await self._database.run_async(retention.set_(succeeded, cancelled, dead))
 
     async def get_retention_async(self) -> Retention:
         """How long finished jobs are kept, by status (see :meth:`set_retention`)."""
-        return await self.database.run_async(retention.get())
+        return await self._database.run_async(retention.get())
 
     async def archive_count_async(
         self, older_than: Age, statuses: Sequence[str] = ("succeeded",)
     ) -> int:
         """How many jobs :meth:`archive` with these arguments would move now."""
-        return await self.database.run_async(
+        return await self._database.run_async(
             maintenance.archive_count(self.op_context, older_than, statuses)
         )
 
     async def prune_count_async(self, older_than: Age) -> int:
         """How many rows (attempts plus archived jobs) :meth:`prune` would delete now."""
-        return await self.database.run_async(maintenance.prune_count(self.op_context, older_than))
+        return await self._database.run_async(maintenance.prune_count(self.op_context, older_than))
 
     async def vacuum_async(self) -> list[TableVacuum]:
         """VACUUM (ANALYZE) the queue tables; returns each table's dead tuples
         before and after. Runs on a dedicated autocommit connection, since
         VACUUM refuses a transaction block and may hold a connection for long."""
-        async with await self.database.connect_async() as conn:
-            return await self.database.run_async(maintenance.vacuum(self.schema), conn)
+        async with await self._database.connect_async() as conn:
+            return await self._database.run_async(maintenance.vacuum(self.schema), conn)
 
     async def partition_archive_async(self, period: str = "day") -> ArchiveLayout:
         """Range-partition the archive by finish time, one partition per
@@ -529,13 +529,13 @@ class AsyncAppOperations(AppBase):
         deleting rows. A no-op when already partitioned by that period. Runs
         as the schema's owner (or ``pgqueue grant --admin``), on a dedicated
         autocommit connection (one step builds an index CONCURRENTLY)."""
-        async with await self.database.connect_async() as conn:
-            layout, _ = await self.database.run_async(partitions.partition_archive(period), conn)
+        async with await self._database.connect_async() as conn:
+            layout, _ = await self._database.run_async(partitions.partition_archive(period), conn)
         return layout
 
     async def archive_layout_async(self) -> ArchiveLayout:
         """Whether the archive is partitioned, by which period, in how many partitions."""
-        return await self.database.run_async(partitions.layout())
+        return await self._database.run_async(partitions.layout())
 
     async def check_async(
         self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5
@@ -549,8 +549,8 @@ class AsyncAppOperations(AppBase):
             self.op_context, HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         )
         try:
-            async with await self.database.connect_async() as conn:
-                return await self.database.run_async(check, conn)
+            async with await self._database.connect_async() as conn:
+                return await self._database.run_async(check, conn)
         except ConnectionFailed as exc:
             return health_report.unreachable(exc)
 
@@ -572,7 +572,7 @@ class AsyncAppOperations(AppBase):
         ``timeout``, ``lease_seconds``, ``priority`` (for jobs enqueued
         without one) and ``retry``. None leaves a field as it is; name fields
         in ``unset`` to go back to the code's defaults."""
-        await self.database.run_async(task_ops.set_options(task, task_options(locals()), unset))
+        await self._database.run_async(task_ops.set_options(task, task_options(locals()), unset))
 
     async def set_task_limit_async(
         self, task: str, concurrency: int | None = None, rate: str | None = None
@@ -580,16 +580,16 @@ class AsyncAppOperations(AppBase):
         """Limit how many jobs of ``task`` run at once across all workers and
         how many start per period (``rate="100/1m"``); None lifts a limit.
         Other tasks of the same queue are not held back."""
-        await self.database.run_async(task_ops.set_limit(task, concurrency, rate))
+        await self._database.run_async(task_ops.set_limit(task, concurrency, rate))
 
     async def get_task_async(self, name: str) -> TaskInfo:
         """A task as the database knows it (published defaults, settings,
         live workers); raises TaskNotFound."""
-        return await self.database.run_async(task_ops.get_task(name))
+        return await self._database.run_async(task_ops.get_task(name))
 
     async def list_tasks_async(self) -> list[TaskInfo]:
         """Every task published by a worker or with settings."""
-        return await self.database.run_async(task_ops.list_tasks())
+        return await self._database.run_async(task_ops.list_tasks())
 
     async def task_stats_async(
         self,
@@ -603,27 +603,27 @@ class AsyncAppOperations(AppBase):
         ``sample``: when more jobs than that finished in the window, start it
         at the finish of the ``sample``-th newest instead (bounded cost on a
         busy system; each TaskStats' ``window_start`` says where it began)."""
-        return await self.database.run_async(task_ops.task_stats(task, since, sample=sample))
+        return await self._database.run_async(task_ops.task_stats(task, since, sample=sample))
 
     async def unknown_tasks_async(self) -> list[UnknownTaskJobs]:
         """Tasks of waiting jobs that no live worker knows (status, doctor)."""
-        return await self.database.run_async(task_ops.unknown_tasks())
+        return await self._database.run_async(task_ops.unknown_tasks())
 
     async def list_workers_async(self) -> list[WorkerInfo]:
         """Registered workers with their state: alive, stale or lost."""
-        return await self.database.run_async(task_ops.list_workers())
+        return await self._database.run_async(task_ops.list_workers())
 
     async def forget_worker_async(self, worker_id: str, force: bool = False) -> bool:
         """Remove a worker's registration (refused, False, while it is alive
         unless ``force``); its jobs are left to the reaper."""
-        return await self.database.run_async(task_ops.forget_worker(worker_id, force))
+        return await self._database.run_async(task_ops.forget_worker(worker_id, force))
 
     # --- telemetry: database view, doctor -------------------------------------------
 
     async def queue_view_async(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Jobs per queue and status (exact up to ``cap``, estimated beyond),
         oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
-        return await self.database.run_async(database_view.collect(self.op_context, cap))
+        return await self._database.run_async(database_view.collect(self.op_context, cap))
 
     async def metrics_text_async(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
@@ -641,7 +641,7 @@ class AsyncAppOperations(AppBase):
         ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
         what it finds (an unreachable database is an error finding)."""
         settings = self._doctor_settings(thresholds)
-        database = self.database
+        database = self._database
         try:
             # Two dedicated connections: whether one server process serves
             # both tells a transaction pooler in the path.

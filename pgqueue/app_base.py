@@ -4,6 +4,7 @@ generated :mod:`pgqueue.app_sync`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from pgqueue.middleware import Middleware
 from pgqueue.ops import DEFAULT_TASK, Op, OpContext, TaskDefaults, inspect, schedules
 from pgqueue.ops import tasks as task_ops
 from pgqueue.payloads import UnstoredResult, encode_result
-from pgqueue.queries import queries_for
+from pgqueue.queries import Queries, queries_for
 from pgqueue.telemetry.doctor import DoctorSettings
 
 if TYPE_CHECKING:
@@ -61,10 +62,10 @@ class AppBase:
         self.listen_dsn: str | None = explicit_listen_dsn or (self.dsn if self.listen else None)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodic_schedules: list[schedules.ScheduleSpec] = []  # from @app.periodic
-        self.queries = queries_for(self.schema)
-        self.database = Database(
+        self._queries = queries_for(self.schema)
+        self._database = Database(
             self.dsn,
-            self.queries,
+            self._queries,
             min_size=validation.positive_int("pool_min_size", pool_min_size)
             if pool_min_size
             else 0,
@@ -73,11 +74,13 @@ class AppBase:
             transaction_pooler=self.pooler == "transaction",
         )
         #: Dedicated LISTEN connections (the worker's listener) open through this.
-        self.listen_database = self._listen_database(self.database, self.dsn, self.listen_dsn)
+        self._listen_database = self._make_listen_database(
+            self._database, self.dsn, self.listen_dsn
+        )
         self._hub: Hub | None = None
         self.op_context = OpContext(
             schema=self.schema,
-            queries=self.queries,
+            queries=self._queries,
             max_payload_bytes=self.max_payload_bytes,
             max_result_bytes=self.max_result_bytes,
             task_defaults=self._task_defaults,
@@ -85,8 +88,29 @@ class AppBase:
             middleware=self.middleware,
         )
 
+    # The connection pools and statements are the App's own: every use goes
+    # through its methods. These names stay readable for one release, for
+    # code written when they were public.
+    @property
+    def database(self) -> Database:
+        """Deprecated: private (use the App's methods)."""
+        _warn_private("database")
+        return self._database
+
+    @property
+    def listen_database(self) -> Database:
+        """Deprecated: private (use the App's methods)."""
+        _warn_private("listen_database")
+        return self._listen_database
+
+    @property
+    def queries(self) -> Queries:
+        """Deprecated: private (use the App's methods)."""
+        _warn_private("queries")
+        return self._queries
+
     @staticmethod
-    def _listen_database(database: Database, dsn: str, listen_dsn: str | None) -> Database:
+    def _make_listen_database(database: Database, dsn: str, listen_dsn: str | None) -> Database:
         """Where dedicated LISTEN connections of an App on ``database`` open."""
         if listen_dsn in (None, dsn):
             return database
@@ -135,3 +159,11 @@ def storable_result(result: Any, max_bytes: int) -> str | None:
     if isinstance(value, UnstoredResult):
         raise InvalidPayload(f"cannot store the result: {value}")
     return value
+
+
+def _warn_private(name: str) -> None:
+    warnings.warn(
+        f"App.{name} is private and will be removed: use the App's methods",
+        DeprecationWarning,
+        stacklevel=3,
+    )

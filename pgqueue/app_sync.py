@@ -93,14 +93,14 @@ class AppOperations(AppBase):
 
     def enqueue_spec(self, spec: JobSpec, *, conn: ConnectionLike | None = None) -> Enqueued:
         """Enqueue one :class:`JobSpec` (what :meth:`enqueue` and ``task.enqueue`` call)."""
-        return self.database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
+        return self._database.run(enqueue.enqueue_one(self.op_context, spec), sync_connection(conn))
 
     def enqueue_many(
         self, specs: Sequence[JobSpec], *, conn: ConnectionLike | None = None
     ) -> list[Enqueued]:
         """Enqueue many jobs in one statement and one transaction (all or
         nothing); dedup hits return the live job's id, in input order."""
-        return self.database.run(
+        return self._database.run(
             enqueue.enqueue_many(self.op_context, specs), sync_connection(conn)
         )
 
@@ -109,7 +109,7 @@ class AppOperations(AppBase):
         """A pooled connection in a transaction, to pass as ``conn=`` to calls
         that must commit together (``pgqueue enqueue --file`` uses it): it
         commits when the block ends, and rolls back on an exception."""
-        pool = self.database.pool()
+        pool = self._database.pool()
         with pool.connection() as conn, conn.transaction():
             yield conn
 
@@ -119,25 +119,25 @@ class AppOperations(AppBase):
         self, workflow: Workflow, *, conn: ConnectionLike | None = None
     ) -> WorkflowRun:
         """Write ``workflow``'s steps (what :meth:`Workflow.enqueue` calls)."""
-        return self.database.run(
+        return self._database.run(
             workflows.enqueue_workflow(self.op_context, workflow), sync_connection(conn)
         )
 
     def get_workflow(self, workflow_id: int) -> WorkflowInfo:
         """A workflow with each step's job and what it waits for."""
-        return self.database.run(workflows.get_workflow(workflow_id))
+        return self._database.run(workflows.get_workflow(workflow_id))
 
     def cancel_workflow(self, workflow_id: int) -> int:
         """Cancel the workflow's live steps (running ones are asked to stop);
         returns how many were cancelled or asked to stop."""
-        return self.database.run(workflows.cancel_workflow(workflow_id))
+        return self._database.run(workflows.cancel_workflow(workflow_id))
 
     def list_workflows(
         self, status: str | None = None, limit: int = 50, *, name: str | None = None
     ) -> list[WorkflowInfo]:
         """Workflows, newest first (``status``: running, succeeded or failed;
         ``name``: only the workflows of that name)."""
-        return self.database.run(workflows.list_workflows(status, limit, name))
+        return self._database.run(workflows.list_workflows(status, limit, name))
 
     # --- low-level consumer API ----------------------------------------------
 
@@ -151,7 +151,7 @@ class AppOperations(AppBase):
         """Lease up to ``max`` ready jobs of ``queue`` (a name, names, or None
         for every queue), highest priority first, then by run_at and id;
         ``lease_seconds`` overrides the jobs' own."""
-        return self.database.run(
+        return self._database.run(
             consume.lease(self.op_context, queue, worker_id, max, lease_seconds)
         )
 
@@ -161,12 +161,12 @@ class AppOperations(AppBase):
         changing nothing, when this lease is no longer valid, and
         InvalidPayload, changing nothing, for a result that cannot be stored."""
         value = storable_result(result, self.max_result_bytes)
-        self.database.run(consume.ack_many(self.op_context, [leased], [value]))
+        self._database.run(consume.ack_many(self.op_context, [leased], [value]))
 
     def ack_many(self, leased: Sequence[LeasedJob]) -> None:
         """Ack many jobs in one statement; LeaseLost names any that were stale
         (the others are acked)."""
-        self.database.run(consume.ack_many(self.op_context, leased))
+        self._database.run(consume.ack_many(self.op_context, leased))
 
     def fail(
         self,
@@ -179,23 +179,23 @@ class AppOperations(AppBase):
         backoff, or dead-letter when ``permanent`` or out of attempts. Returns
         the job's new status; raises LeaseLost for a stale lease."""
         return JobStatus(
-            self.database.run(consume.fail(self.op_context, leased, error, retry_at, permanent))
+            self._database.run(consume.fail(self.op_context, leased, error, retry_at, permanent))
         )
 
     def nack(self, leased: LeasedJob) -> None:
         """Hand a leased job back to its queue now, unrun (the attempt is
         recorded as ``released`` and does not count)."""
-        self.database.run(consume.nack_many(self.op_context, [leased]))
+        self._database.run(consume.nack_many(self.op_context, [leased]))
 
     def extend(self, leased: LeasedJob, seconds: float) -> bool:
         """Extend the lease to now + ``seconds``; False when the lease is lost."""
-        return self.database.run(consume.extend(self.op_context, leased, seconds))
+        return self._database.run(consume.extend(self.op_context, leased, seconds))
 
     # --- inspection ------------------------------------------------------------
 
     def get_job(self, job_id: int, history: bool = False) -> Job:
         """A job by id (live or archived); ``history=True`` loads every attempt."""
-        return self.database.run(inspect.get_job(job_id, history))
+        return self._database.run(inspect.get_job(job_id, history))
 
     def list_jobs(
         self,
@@ -209,16 +209,16 @@ class AppOperations(AppBase):
     ) -> Page:
         """A page of jobs, newest first; pass ``page.next_cursor`` for the next one.
         ``tags``: only jobs having every one of them."""
-        return self.database.run(inspect.list_jobs(queue, status, task, limit, cursor, tags))
+        return self._database.run(inspect.list_jobs(queue, status, task, limit, cursor, tags))
 
     def metrics(self, queue: str | None = None) -> dict[str, QueueMetrics]:
         """Counts per queue: queued, scheduled, running, succeeded (last hour),
         dead, cancelled, oldest ready age, paused."""
-        return self.database.run(inspect.metrics(queue))
+        return self._database.run(inspect.metrics(queue))
 
     def explain(self, job_id: int) -> str:
         """Why a job is where it is, in plain words."""
-        return self.database.run(inspect.explain(job_id))
+        return self._database.run(inspect.explain(job_id))
 
     def result(self, job_id: int, timeout: float | None = None) -> Any:
         """The job's stored return value, waiting (via NOTIFY, or polling when
@@ -226,7 +226,7 @@ class AppOperations(AppBase):
         is held while waiting. Raises JobFailed (dead), JobCancelled,
         ResultTimeout, or ResultNotStored (it succeeded, but its return value
         could not be stored)."""
-        return self.database.run_released(self._result_op(job_id, timeout))
+        return self._database.run_released(self._result_op(job_id, timeout))
 
     # --- the dashboard's reads (bounded; see pgqueue.ops.dashboard) ---------------
 
@@ -234,12 +234,12 @@ class AppOperations(AppBase):
         """A page of the jobs ``flt`` matches as the dashboard lists them: the
         statements of :meth:`list_jobs`, finished statuses in the order of
         their finish, free text searched over a bounded window of ids."""
-        return self.database.run(inspect.job_page(flt, cursor, limit))
+        return self._database.run(inspect.job_page(flt, cursor, limit))
 
     def queue_rows(self, finished: bool = True) -> list[QueueRow]:
         """Every queue's counts as :meth:`metrics` counts them, saying which
         are capped or estimated; ``finished=False``: the live counts only."""
-        return self.database.run(dashboard.queue_rows(finished))
+        return self._database.run(dashboard.queue_rows(finished))
 
     def throughput(
         self,
@@ -248,25 +248,25 @@ class AppOperations(AppBase):
     ) -> Throughput:
         """Jobs finished in each of the last 60 minutes and in the hour, exact
         up to ``per_minute`` a minute and ``hour_cap`` an hour, estimated past."""
-        return self.database.run(dashboard.throughput(per_minute, hour_cap))
+        return self._database.run(dashboard.throughput(per_minute, hour_cap))
 
     def dead_groups(
         self, sample: int = dashboard.DEAD_GROUP_SAMPLE
     ) -> tuple[list[DeadGroup], bool]:
         """The newest ``sample`` dead jobs grouped by task, error code and
         message fingerprint; True when the sample was full."""
-        return self.database.run(dashboard.dead_groups(sample))
+        return self._database.run(dashboard.dead_groups(sample))
 
     def dead_group_batch(
         self, group: tuple[str, str, str], cursor: tuple[datetime, int] | None, scan: int
     ) -> tuple[list[int], tuple[datetime, int] | None]:
         """The ids of one dead-letter group among the next ``scan`` dead jobs
         of its task, and the cursor after them (None: no more)."""
-        return self.database.run(dashboard.dead_group_batch(group, cursor, scan))
+        return self._database.run(dashboard.dead_group_batch(group, cursor, scan))
 
     def change_mark(self) -> tuple[Any, ...]:
         """A tuple that changes whenever jobs, queues or workers change."""
-        return self.database.run(dashboard.change_mark())
+        return self._database.run(dashboard.change_mark())
 
     # --- administration ----------------------------------------------------------
 
@@ -274,7 +274,7 @@ class AppOperations(AppBase):
         """Cancel a job: queued or scheduled ones end ``cancelled`` now (returns
         cancelled); a running one is asked to stop and ends cancelled when its
         attempt ends (returns running). Cancelling a finished job is an error."""
-        return self.database.run(operator.cancel(job_id))
+        return self._database.run(operator.cancel(job_id))
 
     def cancel_many(
         self,
@@ -290,7 +290,7 @@ class AppOperations(AppBase):
         running; running ones are asked to stop); returns the ids. Call again
         until it returns fewer than ``limit``."""
         params = operator.cancel_params(job_ids, queue, task, statuses, limit)
-        return [r[0] for r in self.database.run(operator.cancel_batch(params))]
+        return [r[0] for r in self._database.run(operator.cancel_batch(params))]
 
     def count_cancellable(
         self,
@@ -302,32 +302,32 @@ class AppOperations(AppBase):
         """How many live jobs :meth:`cancel_many` with these filters would
         cancel (or ask to stop) now, counted in one statement."""
         params = operator.cancel_params(None, queue, task, statuses)
-        return self.database.run(operator.count_cancellable(params))
+        return self._database.run(operator.count_cancellable(params))
 
     def job_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
         """The status of each of these jobs that exists (live or archived),
         by id, in one statement; ids of no job are left out."""
-        return self.database.run(operator.job_statuses(job_ids))
+        return self._database.run(operator.job_statuses(job_ids))
 
     def list_queues(self) -> list[str]:
         """The name of every queue the database knows, sorted."""
-        return self.database.run(operator.queue_names())
+        return self._database.run(operator.queue_names())
 
     def schema_summary(self) -> dict[str, int]:
         """What :meth:`uninstall` would drop: ``jobs``, ``archived_jobs``,
         ``live_jobs`` (queued or running) and ``live_workers``."""
-        return self.database.run(operator.schema_summary())
+        return self._database.run(operator.schema_summary())
 
     def uninstall(self) -> None:
         """Drop this App's schema with every job, schedule and setting in it
         (what ``pgqueue uninstall`` does after its checks); cannot be undone."""
-        self.database.run(operator.drop_schema())
-        self.database.close()
+        self._database.run(operator.drop_schema())
+        self._database.close()
 
     def delete_queue(self, queue: str) -> None:
         """Delete a queue and its settings (pause, limits); refused with
         InvalidJobState while it holds live or dead jobs."""
-        self.database.run(operator.delete_queue(queue))
+        self._database.run(operator.delete_queue(queue))
 
     def replay(
         self, job_id: int, queue: str | None = None, run_at: datetime | None = None
@@ -337,11 +337,11 @@ class AppOperations(AppBase):
         ``replayed_from``, the fields of ``pgqueue jobs replay --json``).
         An admin action: a producer or worker role gets PermissionDenied."""
         op = admin.replay(job_id, queue, run_at, schema=self.schema)
-        return Replayed(self.database.run(op), job_id)
+        return Replayed(self._database.run(op), job_id)
 
     def requeue_dead(self, job_id: int) -> None:
         """Put a dead job back in its queue (with one more attempt if needed)."""
-        self.database.run(admin.requeue_dead(job_id))
+        self._database.run(admin.requeue_dead(job_id))
 
     def requeue_dead_many(
         self,
@@ -355,19 +355,19 @@ class AppOperations(AppBase):
         ``job_ids`` or else by the queue/task filters; returns the ids requeued.
         Call again until it returns fewer than ``limit``. Jobs whose dedup key
         is live again are skipped."""
-        return self.database.run(admin.requeue_dead_batch(job_ids, queue, task, limit))
+        return self._database.run(admin.requeue_dead_batch(job_ids, queue, task, limit))
 
     def count_dead(self, queue: str | None = None, task: str | None = None) -> int:
         """How many dead jobs match the filters."""
-        return self.database.run(admin.count_dead(queue, task))
+        return self._database.run(admin.count_dead(queue, task))
 
     def pause_queue(self, queue: str) -> None:
         """Stop every worker from leasing jobs of ``queue`` (enqueue still works)."""
-        self.database.run(admin.set_paused(queue, True))
+        self._database.run(admin.set_paused(queue, True))
 
     def resume_queue(self, queue: str) -> None:
         """Let workers lease jobs of ``queue`` again."""
-        self.database.run(admin.set_paused(queue, False))
+        self._database.run(admin.set_paused(queue, False))
 
     def set_queue_limit(
         self, queue: str, concurrency: int | None = None, rate: str | None = None
@@ -375,7 +375,7 @@ class AppOperations(AppBase):
         """Limit ``queue`` across all workers: at most ``concurrency`` jobs
         running, at most ``rate`` (e.g. ``"100/1m"``) lease starts per sliding
         window. None lifts that limit."""
-        self.database.run(admin.set_limits(queue, concurrency, rate))
+        self._database.run(admin.set_limits(queue, concurrency, rate))
 
     # --- schedules ---------------------------------------------------------------
 
@@ -398,7 +398,7 @@ class AppOperations(AppBase):
         seconds last (croniter's order); fire times follow ``timezone``'s DST.
         ``queue``, ``priority`` and ``max_attempts`` left None take the task's
         defaults when the job is enqueued. Each job's run_at is its fire time."""
-        return self.database.run(
+        return self._database.run(
             schedules.add_schedule(
                 self.op_context,
                 name,
@@ -416,33 +416,33 @@ class AppOperations(AppBase):
 
     def list_schedules(self) -> list[Schedule]:
         """Every schedule, by name."""
-        return self.database.run(schedules.list_schedules())
+        return self._database.run(schedules.list_schedules())
 
     def get_schedule(self, name: str) -> Schedule:
         """One schedule by name; raises ScheduleNotFound."""
-        return self.database.run(schedules.get_schedule(name))
+        return self._database.run(schedules.get_schedule(name))
 
     def enable_schedule(self, name: str) -> Schedule:
         """Enable a schedule; it next fires at its first slot after now."""
-        return self.database.run(schedules.enable_schedule(self.op_context, name))
+        return self._database.run(schedules.enable_schedule(self.op_context, name))
 
     def disable_schedule(self, name: str) -> Schedule:
         """Disable a schedule: it does not fire (nor catch up) until enabled."""
-        return self.database.run(schedules.disable_schedule(name))
+        return self._database.run(schedules.disable_schedule(name))
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule; the jobs it already enqueued stay."""
-        self.database.run(schedules.remove_schedule(name))
+        self._database.run(schedules.remove_schedule(name))
 
     def run_schedule_now(self, name: str) -> Enqueued:
         """Enqueue one job of the schedule now (its fire times do not change)."""
-        return self.database.run(schedules.run_schedule_now(self.op_context, name))
+        return self._database.run(schedules.run_schedule_now(self.op_context, name))
 
     # --- maintenance -----------------------------------------------------------
 
     def reap(self) -> int:
         """Reclaim jobs whose lease expired (as workers do periodically); returns how many."""
-        return self.database.run(maintenance.reap(self.op_context))
+        return self._database.run(maintenance.reap(self.op_context))
 
     def archive(
         self,
@@ -454,7 +454,7 @@ class AppOperations(AppBase):
     ) -> int:
         """Move finished jobs older than ``older_than`` (``"7d"``, seconds, a
         timedelta) to the archive table in short batches; returns how many."""
-        return self.database.run(
+        return self._database.run(
             maintenance.archive(self.op_context, older_than, limit, statuses, batch_size, progress)
         )
 
@@ -470,7 +470,7 @@ class AppOperations(AppBase):
         returns ``{"attempts": n, "archived_jobs": m}``. Finished jobs go by
         whole time ranges, as retention removes them, then the archive
         table's rows (:meth:`archive`)."""
-        return self.database.run(
+        return self._database.run(
             maintenance.prune(self.op_context, older_than, limit, batch_size, progress)
         )
 
@@ -489,26 +489,26 @@ class AppOperations(AppBase):
 
             app.set_retention(succeeded="6h", dead="90d")
         """
-        return self.database.run(retention.set_(succeeded, cancelled, dead))
+        return self._database.run(retention.set_(succeeded, cancelled, dead))
 
     def get_retention(self) -> Retention:
         """How long finished jobs are kept, by status (see :meth:`set_retention`)."""
-        return self.database.run(retention.get())
+        return self._database.run(retention.get())
 
     def archive_count(self, older_than: Age, statuses: Sequence[str] = ("succeeded",)) -> int:
         """How many jobs :meth:`archive` with these arguments would move now."""
-        return self.database.run(maintenance.archive_count(self.op_context, older_than, statuses))
+        return self._database.run(maintenance.archive_count(self.op_context, older_than, statuses))
 
     def prune_count(self, older_than: Age) -> int:
         """How many rows (attempts plus archived jobs) :meth:`prune` would delete now."""
-        return self.database.run(maintenance.prune_count(self.op_context, older_than))
+        return self._database.run(maintenance.prune_count(self.op_context, older_than))
 
     def vacuum(self) -> list[TableVacuum]:
         """VACUUM (ANALYZE) the queue tables; returns each table's dead tuples
         before and after. Runs on a dedicated autocommit connection, since
         VACUUM refuses a transaction block and may hold a connection for long."""
-        with self.database.connect() as conn:
-            return self.database.run(maintenance.vacuum(self.schema), conn)
+        with self._database.connect() as conn:
+            return self._database.run(maintenance.vacuum(self.schema), conn)
 
     def partition_archive(self, period: str = "day") -> ArchiveLayout:
         """Range-partition the archive by finish time, one partition per
@@ -517,13 +517,13 @@ class AppOperations(AppBase):
         deleting rows. A no-op when already partitioned by that period. Runs
         as the schema's owner (or ``pgqueue grant --admin``), on a dedicated
         autocommit connection (one step builds an index CONCURRENTLY)."""
-        with self.database.connect() as conn:
-            layout, _ = self.database.run(partitions.partition_archive(period), conn)
+        with self._database.connect() as conn:
+            layout, _ = self._database.run(partitions.partition_archive(period), conn)
         return layout
 
     def archive_layout(self) -> ArchiveLayout:
         """Whether the archive is partitioned, by which period, in how many partitions."""
-        return self.database.run(partitions.layout())
+        return self._database.run(partitions.layout())
 
     def check(
         self, max_ready_age: Age = 300, worker_timeout: Age = 60, max_clock_skew: Age = 5
@@ -537,8 +537,8 @@ class AppOperations(AppBase):
             self.op_context, HealthSettings.build(max_ready_age, worker_timeout, max_clock_skew)
         )
         try:
-            with self.database.connect() as conn:
-                return self.database.run(check, conn)
+            with self._database.connect() as conn:
+                return self._database.run(check, conn)
         except ConnectionFailed as exc:
             return health_report.unreachable(exc)
 
@@ -560,7 +560,7 @@ class AppOperations(AppBase):
         ``timeout``, ``lease_seconds``, ``priority`` (for jobs enqueued
         without one) and ``retry``. None leaves a field as it is; name fields
         in ``unset`` to go back to the code's defaults."""
-        self.database.run(task_ops.set_options(task, task_options(locals()), unset))
+        self._database.run(task_ops.set_options(task, task_options(locals()), unset))
 
     def set_task_limit(
         self, task: str, concurrency: int | None = None, rate: str | None = None
@@ -568,16 +568,16 @@ class AppOperations(AppBase):
         """Limit how many jobs of ``task`` run at once across all workers and
         how many start per period (``rate="100/1m"``); None lifts a limit.
         Other tasks of the same queue are not held back."""
-        self.database.run(task_ops.set_limit(task, concurrency, rate))
+        self._database.run(task_ops.set_limit(task, concurrency, rate))
 
     def get_task(self, name: str) -> TaskInfo:
         """A task as the database knows it (published defaults, settings,
         live workers); raises TaskNotFound."""
-        return self.database.run(task_ops.get_task(name))
+        return self._database.run(task_ops.get_task(name))
 
     def list_tasks(self) -> list[TaskInfo]:
         """Every task published by a worker or with settings."""
-        return self.database.run(task_ops.list_tasks())
+        return self._database.run(task_ops.list_tasks())
 
     def task_stats(
         self,
@@ -591,27 +591,27 @@ class AppOperations(AppBase):
         ``sample``: when more jobs than that finished in the window, start it
         at the finish of the ``sample``-th newest instead (bounded cost on a
         busy system; each TaskStats' ``window_start`` says where it began)."""
-        return self.database.run(task_ops.task_stats(task, since, sample=sample))
+        return self._database.run(task_ops.task_stats(task, since, sample=sample))
 
     def unknown_tasks(self) -> list[UnknownTaskJobs]:
         """Tasks of waiting jobs that no live worker knows (status, doctor)."""
-        return self.database.run(task_ops.unknown_tasks())
+        return self._database.run(task_ops.unknown_tasks())
 
     def list_workers(self) -> list[WorkerInfo]:
         """Registered workers with their state: alive, stale or lost."""
-        return self.database.run(task_ops.list_workers())
+        return self._database.run(task_ops.list_workers())
 
     def forget_worker(self, worker_id: str, force: bool = False) -> bool:
         """Remove a worker's registration (refused, False, while it is alive
         unless ``force``); its jobs are left to the reaper."""
-        return self.database.run(task_ops.forget_worker(worker_id, force))
+        return self._database.run(task_ops.forget_worker(worker_id, force))
 
     # --- telemetry: database view, doctor -------------------------------------------
 
     def queue_view(self, cap: int = database_view.DEFAULT_CAP) -> QueueView:
         """Jobs per queue and status (exact up to ``cap``, estimated beyond),
         oldest ready age, paused, live workers: the data of ``pgqueue metrics``."""
-        return self.database.run(database_view.collect(self.op_context, cap))
+        return self._database.run(database_view.collect(self.op_context, cap))
 
     def metrics_text(self, cap: int = database_view.DEFAULT_CAP) -> str:
         """:meth:`queue_view` as Prometheus text: ``pgqueue_queue_jobs{queue,status}``,
@@ -629,7 +629,7 @@ class AppOperations(AppBase):
         ``archive_backlog``; ``notify_queue_warn`` (0-1). Never raises for
         what it finds (an unreachable database is an error finding)."""
         settings = self._doctor_settings(thresholds)
-        database = self.database
+        database = self._database
         try:
             # Two dedicated connections: whether one server process serves
             # both tells a transaction pooler in the path.

@@ -179,8 +179,9 @@ class Router:
         from pgqueue.database import async_pools
         from pgqueue.worker.runner import run_workers_async
 
-        async with async_pools(*(app.database for app in self.apps.values())):
-            await run_workers_async(self._workers(queues, options), stop)
+        workers = self._workers(queues, options)
+        async with async_pools(*(w.app.database for w in workers)):
+            await run_workers_async(workers, stop)
 
     def _workers(self, queues: Sequence[str] | None, options: dict[str, Any]) -> list[Worker]:
         from pgqueue.worker.settings import for_app

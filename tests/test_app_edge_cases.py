@@ -56,10 +56,10 @@ def test_an_extend_requested_while_the_heartbeat_extends_is_not_lost(app: pgqueu
 
     async def scenario() -> None:
         [leased] = await app.lease_async("default", "w", lease_seconds=30)
-        database = ExtendDuringRoundTrip(app.database)
+        database = ExtendDuringRoundTrip(app._database)
         running: dict[int, RunningJob] = {}
         wake = asyncio.Event()
-        completer = Completer(app.database, app.op_context, running, lambda loop, exc: None)
+        completer = Completer(app._database, app.op_context, running, lambda loop, exc: None)
         executor = Executor({}, 1, completer, 1 << 20, running=running, heartbeat_wake=wake.set)
         heartbeat = Heartbeat(
             database,  # type: ignore[arg-type]
@@ -81,10 +81,10 @@ def test_an_extend_requested_while_the_heartbeat_extends_is_not_lost(app: pgqueu
         await heartbeat._extend_due()
         assert rj.extend_to is None
         executor.close()
-        await app.database.close_async_pool()  # before asyncio.run ends its loop
+        await app._database.close_async_pool()  # before asyncio.run ends its loop
 
     asyncio.run(scenario())
-    app.database.close()
+    app._database.close()
     assert lease_expires_in(app, job_id) > 300
 
 
@@ -181,7 +181,7 @@ def test_an_async_pool_from_an_earlier_event_loop_is_closed(db_dsn: str) -> None
 
         async def read() -> None:
             await app.get_job_async(job_id)
-            pool = await app.database.pool_async()
+            pool = await app._database.pool_async()
             await pool.wait()  # all three connections open
 
         asyncio.run(read())

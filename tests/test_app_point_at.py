@@ -73,11 +73,11 @@ def test_point_at_moves_everything_but_the_app(db_dsn: str, empty_db_dsn: str) -
 
 
 def test_point_at_refuses_bad_input_and_changes_nothing(app: pgqueue.App, db_dsn: str) -> None:
-    before = (app.dsn, app.schema, app.database, app.op_context)
+    before = (app.dsn, app.schema, app._database, app.op_context)
     with pytest.raises(InvalidName, match="invalid schema name"):
         app.point_at(schema="Not-A-Schema")
     with pytest.raises(ConnectionFailed, match="invalid DSN"):
         app.point_at("not a dsn")
-    assert (app.dsn, app.schema, app.database, app.op_context) == before
+    assert (app.dsn, app.schema, app._database, app.op_context) == before
     app.enqueue("t", {})
     assert len(_jobs(db_dsn)) == 1

@@ -428,7 +428,7 @@ def test_group_requeue_runs_in_bounded_batches(app: pgqueue.App, job_factory: Jo
                 return total, rounds
 
     total, _ = asyncio.run(run())
-    app.database.close()
+    app._database.close()
     assert total == 30
     left = job_factory.conn.execute(
         "SELECT last_error FROM pgqueue.jobs WHERE status = 'dead'"

@@ -278,7 +278,7 @@ def test_sql_api(app: pgqueue.App, db_dsn: str) -> None:
                 conn.execute(f"SELECT pgqueue.enqueue('t', {bad})")
     with pytest.raises(InvalidInput, match="not both"):
         # The same check in SQL, reached by a document that skipped Python's.
-        app.database.run(
+        app._database.run(
             _raw_windowed('[{"task": "t", "dedup_key": "k", "dedup_window": 1, "debounce": 1}]')
         )
 

@@ -266,7 +266,7 @@ def test_dead_tuples_vacuum_cannot_remove(
 def test_clock_skew(app: pgqueue.App) -> None:
     # The host's clock cannot be moved in a test: the operation takes the clock to compare.
     ahead = lambda: datetime.now(UTC) + timedelta(minutes=10)  # noqa: E731
-    findings = app.database.run(diagnose(app.op_context, DoctorSettings(), None, wall_clock=ahead))
+    findings = app._database.run(diagnose(app.op_context, DoctorSettings(), None, wall_clock=ahead))
     finding = by_check(findings)["clock_skew"]
     assert finding.severity == "warn"
     assert "behind this machine's" in finding.summary

@@ -65,7 +65,7 @@ def test_a_read_only_session_is_transient_and_dropped_from_the_pool(db_dsn: str)
         # (ALTER DATABASE ... SET default_transaction_read_only raced the
         # pool: a session it reopened before the setting was reset stayed
         # read-only, and the last enqueue failed.)
-        with app.database.pool().connection() as conn:
+        with app._database.pool().connection() as conn:
             conn.execute("SET SESSION default_transaction_read_only = on")
         with pytest.raises(QueryFailed) as caught:
             app.enqueue("t", {})

@@ -170,7 +170,7 @@ def test_queue_metrics_counts_stop_at_the_cap(app: pgqueue.App, job_factory: Job
         conn.execute("ANALYZE pgqueue.jobs")
     exact = app.metrics()
     assert (exact["big"].queued, exact["big"].dead, exact["small"].dead) == (30, 50, 2)
-    capped = app.database.run(inspect.metrics(cap=10))
+    capped = app._database.run(inspect.metrics(cap=10))
     assert capped["big"].queued == 10
     # The newest 10 dead jobs are shared out to the 52 the statistics count.
     assert capped["big"].dead + capped["small"].dead == pytest.approx(52, abs=6)

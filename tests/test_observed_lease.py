@@ -74,12 +74,12 @@ def test_observed_lease_reads_wait_and_trace_from_the_one_call(app: pgqueue.App)
             " traceparent => %s)",
             (TRACEPARENT,),
         )
-    [job] = app.database.run(consume.lease(app.op_context, "default", "w", 5, details=True))
+    [job] = app._database.run(consume.lease(app.op_context, "default", "w", 5, details=True))
     assert job.payload == {"n": 1}
     assert job.wait_seconds == pytest.approx(_stored_wait(app.dsn, job.job_id), abs=1e-6)
     assert job.wait_seconds >= 90.0
     assert job.trace_context == {"traceparent": TRACEPARENT}
-    assert "lease_jobs_observed" not in app.database.queries["job_lease_observed"]
+    assert "lease_jobs_observed" not in app._queries["job_lease_observed"]
 
 
 def test_previous_workers_lease_through_lease_jobs_observed(db_dsn: str) -> None:

@@ -62,7 +62,7 @@ def later(db_dsn: str) -> Iterator[Any]:
 
 
 def run_pass(app: pgqueue.App) -> pgqueue.RetentionPass:
-    return app.database.run(retention.run_pass(app.op_context))
+    return app._database.run(retention.run_pass(app.op_context))
 
 
 # --- the settings -------------------------------------------------------------------
@@ -324,7 +324,7 @@ def test_doctor_says_whether_workers_apply_retention(
     job_factory.insert(status="succeeded", finished_at=-3 * 86400.0)
     assert finding("maintenance").severity == "warn"
     assert "prune" in finding("maintenance").fix
-    app.database.run(retention.claim("w1", 45.0))
+    app._database.run(retention.claim("w1", 45.0))
     run_pass(app)
-    app.database.run(retention.done("w1"))
+    app._database.run(retention.done("w1"))
     assert finding("maintenance").severity == "ok"

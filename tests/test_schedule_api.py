@@ -326,7 +326,7 @@ def test_periodic_registers_when_asked(db_dsn: str) -> None:
         def cleanup(deep: bool) -> None: ...
 
         assert report.name == "report"  # the decorator returns the task itself
-        registered = app.database.run(
+        registered = app._database.run(
             schedules.register_periodic(app.op_context, app.periodic_schedules)
         )
         assert [s.name for s in registered] == ["report", "hourly-cleanup"]
@@ -386,7 +386,7 @@ def test_a_schedule_outlives_many_slots_in_a_frozen_hour(frozen: pgqueue.App, cl
     clock.now = datetime(2030, 6, 1, tzinfo=UTC)
     frozen.add_schedule("s", "*/15 * * * *", "t")
     clock.now += timedelta(hours=1, minutes=1)
-    tick = frozen.database.run(schedules.fire_due(frozen.op_context, None))
+    tick = frozen._database.run(schedules.fire_due(frozen.op_context, None))
     assert [f.fire_times for f in tick.fired] == [[datetime(2030, 6, 1, 1, 0, tzinfo=UTC)]]
 
 
@@ -398,7 +398,7 @@ def test_periodic_registration_keeps_an_operators_disable_and_missed_slots(
     def hourly() -> None: ...
 
     def register() -> pgqueue.Schedule:
-        (done,) = frozen.database.run(
+        (done,) = frozen._database.run(
             schedules.register_periodic(frozen.op_context, frozen.periodic_schedules)
         )
         return done

@@ -44,7 +44,7 @@ def frozen(db_dsn: str, clock: Clock) -> Iterator[pgqueue.App]:
 
 
 def fire(app: pgqueue.App, watched_since: datetime | None = None) -> Tick:
-    return app.database.run(schedules.fire_due(app.op_context, watched_since))
+    return app._database.run(schedules.fire_due(app.op_context, watched_since))
 
 
 def run_ats(dsn: str, task: str | None = None) -> list[datetime]:
@@ -260,8 +260,8 @@ def test_more_due_than_one_step_takes_asks_for_another_step(
     for i in range(5):
         frozen.add_schedule(f"s{i}", "* * * * * *", "t")
     clock.now = T0 + timedelta(milliseconds=100)
-    first = frozen.database.run(schedules.fire_due(frozen.op_context, None, limit=3))
+    first = frozen._database.run(schedules.fire_due(frozen.op_context, None, limit=3))
     assert (len(first.fired), first.again) == (3, True)
-    second = frozen.database.run(schedules.fire_due(frozen.op_context, None, limit=3))
+    second = frozen._database.run(schedules.fire_due(frozen.op_context, None, limit=3))
     assert (len(second.fired), second.again) == (2, False)
     assert run_ats(db_dsn) == [T0] * 5

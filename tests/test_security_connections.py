@@ -129,7 +129,7 @@ def holding_the_only_connection(app: pgqueue.App) -> Iterator[None]:
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with app.database.pool().connection():
+        with app._database.pool().connection():
             taken.set()
             release.wait(60)
 
@@ -168,7 +168,7 @@ def test_an_exhausted_async_pool_waits_pool_timeout_then_raises(db_dsn: str) -> 
 
     async def main() -> float:
         async with pgqueue.App(db_dsn, pool_min_size=0, pool_max_size=1, pool_timeout=1) as app:
-            pool = await app.database.pool_async()
+            pool = await app._database.pool_async()
             async with pool.connection():
                 started = time.monotonic()
                 with pytest.raises(pgqueue.PoolExhausted, match="pool_max_size"):

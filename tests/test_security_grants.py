@@ -763,8 +763,8 @@ def test_a_worker_role_keeps_the_task_registry_through_definer_functions(
 
     worker = roles.create(db_dsn, kind="worker")
     with build_app(worker.dsn) as worker_app:
-        worker_app.database.run(task_ops.publish(list(worker_app.tasks.values()), "w-role"))
-        assert worker_app.database.run(task_ops.all_settings()) == {}
+        worker_app._database.run(task_ops.publish(list(worker_app.tasks.values()), "w-role"))
+        assert worker_app._database.run(task_ops.all_settings()) == {}
     with psycopg.connect(db_dsn) as conn:
         published = conn.execute("SELECT name, published_by FROM pgqueue.tasks").fetchall()
     assert published

@@ -147,7 +147,7 @@ def test_a_schedule_firing(app: pgqueue.App, events: EventStream, db_dsn: str) -
     app.add_schedule("every-second", "* * * * * *", "t", queue="cron")
     fired: list[int] = []
     for _ in range(300):  # as a worker's scheduler does; the next slot is a second away
-        tick = app.database.run(schedules.fire_due(app.op_context, None))
+        tick = app._database.run(schedules.fire_due(app.op_context, None))
         fired += [job for f in tick.fired for job in f.job_ids]
         if fired:
             break
@@ -258,7 +258,7 @@ def test_every_cancel_path_sends_finished(
         await actions.act_on_ids(app, "cancel", [selected])
         # An async pool must close before its event loop ends (psycopg_pool
         # can hang in asyncio.run's cancellation of its tasks otherwise).
-        await app.database.close_async_pool()
+        await app._database.close_async_pool()
 
     asyncio.run(dashboard_selection())
     cancelled = pgqueue.JobStatus.CANCELLED

@@ -22,7 +22,7 @@ from tests.apps.registry import build_app
 def publish(dsn: str, worker_id: str = "w-1", *, with_mail: bool = True) -> None:
     """What a worker of tests.apps.registry does at start-up."""
     with build_app(dsn, with_mail=with_mail) as worker_app:
-        worker_app.database.run(task_ops.publish(list(worker_app.tasks.values()), worker_id))
+        worker_app._database.run(task_ops.publish(list(worker_app.tasks.values()), worker_id))
 
 
 def register_worker(dsn: str, worker_id: str, tasks: list[str], age: float = 0.0) -> None:
@@ -195,7 +195,7 @@ def test_unknown_task_is_handed_back_within_the_grace_and_dead_after(
 
     job_id = app.enqueue("newer_task", {}).job_id
     leased = app.lease("default", "old-worker", max=1)[0]
-    statuses = app.database.run(consume.fail_many(app.op_context, [_unknown(leased, 3600)]))
+    statuses = app._database.run(consume.fail_many(app.op_context, [_unknown(leased, 3600)]))
     assert statuses[job_id] == "scheduled"
     job = app.get_job(job_id, history=True)
     assert job.attempts == 0  # not counted
@@ -211,7 +211,7 @@ def test_unknown_task_is_handed_back_within_the_grace_and_dead_after(
     leased = app.lease("default", "old-worker", max=1)[0]
     # Past the grace, while a live worker knows the task: still handed back.
     register_worker(db_dsn, "new-worker", ["newer_task"])
-    statuses = app.database.run(consume.fail_many(app.op_context, [_unknown(leased, 0)]))
+    statuses = app._database.run(consume.fail_many(app.op_context, [_unknown(leased, 0)]))
     assert statuses[job_id] == "scheduled"
     assert app.unknown_tasks() == []
 
@@ -219,7 +219,7 @@ def test_unknown_task_is_handed_back_within_the_grace_and_dead_after(
         conn.execute("DELETE FROM pgqueue.workers WHERE id = 'new-worker'")
         conn.execute("UPDATE pgqueue.jobs SET run_at = now(), status = 'queued'")
     leased = app.lease("default", "old-worker", max=1)[0]
-    statuses = app.database.run(consume.fail_many(app.op_context, [_unknown(leased, 0)]))
+    statuses = app._database.run(consume.fail_many(app.op_context, [_unknown(leased, 0)]))
     assert statuses[job_id] == "dead"
     assert app.get_job(job_id).last_error.startswith("unknown_task")  # type: ignore[union-attr]
 
@@ -276,7 +276,7 @@ def test_lost_worker_stops_failing_check_once_its_jobs_were_reaped(
     report = app.check()
     assert not {c.name: c for c in report.checks}["dead_workers"].ok
 
-    assert app.database.run(task_ops.mark_lost(60)) == ["gone"]
+    assert app._database.run(task_ops.mark_lost(60)) == ["gone"]
     states = {w.id: w for w in app.list_workers()}
     assert states["gone"].state == "lost"
     assert states["gone"].lost_at is not None
@@ -290,7 +290,7 @@ def test_lost_worker_stops_failing_check_once_its_jobs_were_reaped(
     assert not app.forget_worker("alive")
     assert app.forget_worker("gone")
     assert [w.id for w in app.list_workers()] == ["alive"]
-    assert app.database.run(task_ops.prune_lost(0)) == []
+    assert app._database.run(task_ops.prune_lost(0)) == []
 
 
 def test_sql_worker_api_fail_honours_unlimited_and_live_max_attempts(

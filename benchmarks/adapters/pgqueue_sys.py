@@ -180,7 +180,7 @@ class PgQueue(System):
 
         app = self._maintenance_app()
         self._clock_at = when
-        done = app.database.run(retention.run_pass(app.op_context))
+        done = app._database.run(retention.run_pass(app.op_context))
         return dataclasses.asdict(done)
 
     def life_prepare(self) -> dict[str, Any]:

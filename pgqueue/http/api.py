@@ -133,7 +133,7 @@ class Api:
                 return
             database = Database(
                 make_conninfo(self.app.dsn, application_name="pgqueue-http"),
-                self.app.queries,
+                self.app.op_context.queries,
                 min_size=1,
                 max_size=self.pool_max_size,
                 timeout=10.0,

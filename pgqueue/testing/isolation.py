@@ -24,9 +24,9 @@ _BOUND = (
     "schema",
     "dsn",
     "listen_dsn",
-    "queries",
-    "database",
-    "listen_database",
+    "_queries",
+    "_database",
+    "_listen_database",
     "op_context",
     "_hub",
 )
@@ -56,20 +56,20 @@ def isolated(app: App, dsn: str | None = None, prefix: str = "pgqueue_test") -> 
         schema,
         max_payload_bytes=app.max_payload_bytes,
         max_result_bytes=app.max_result_bytes,
-        pool_min_size=app.database.min_size,
-        pool_max_size=app.database.max_size,
-        pool_timeout=app.database.timeout,
+        pool_min_size=app._database.min_size,
+        pool_max_size=app._database.max_size,
+        pool_timeout=app._database.timeout,
         listen=app.listen,
         pooler=app.pooler,
     )
     bound = {name: getattr(fresh, name) for name in _BOUND}
     # LISTEN on the test database itself (never on a PGQUEUE_LISTEN_DSN of the environment).
     bound["listen_dsn"] = fresh.dsn if fresh.listen else None
-    bound["listen_database"] = fresh.database
+    bound["_listen_database"] = fresh._database
     # The app's own operation context, pointed at the new schema: its task
     # defaults, clock and middleware list (the same list: add_middleware
     # during the test still counts) stay.
-    bound["op_context"] = replace(app.op_context, schema=fresh.schema, queries=fresh.queries)
+    bound["op_context"] = replace(app.op_context, schema=fresh.schema, queries=fresh._queries)
     app.close()  # the old schema's pools and subscriptions
     _bind(app, bound)
     try:

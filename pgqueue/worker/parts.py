@@ -58,8 +58,8 @@ class WorkerApp:
     @classmethod
     def of(cls, app: App) -> WorkerApp:
         return cls(
-            database=app.database,
-            listen_database=app.listen_database,
+            database=app._database,
+            listen_database=app._listen_database,
             ctx=app.op_context,
             tasks=app.tasks,
             middleware=app.middleware,

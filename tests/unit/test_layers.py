@@ -191,8 +191,9 @@ def test_the_scan_fails_on_a_missing_or_empty_tree(tmp_path: Path) -> None:
         outside_the_database_layer({"pkg": tmp_path / "empty"}, DATABASE_LAYER)
 
 
-# Who may reach an App's Database (``app.database``, ``app.listen_database``)
-# of another object: the App itself (``self.database``), and the named parts
+# Who may reach a Database held by another object (the App's private
+# ``_database`` and ``_listen_database``, a WorkerApp's ``database``): the
+# App itself (``self._database``), and the named parts
 # that wire a worker or a drain from it. No directory is exempt. Everything
 # else (the CLI, the HTTP API, Django, tasks, the dashboard) goes through
 # App's methods.
@@ -211,7 +212,7 @@ def _database_reads(path: Path) -> list[int]:
         node.lineno
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Attribute)
-        and node.attr in ("database", "listen_database")
+        and node.attr in ("database", "listen_database", "_database", "_listen_database")
         and not (isinstance(node.value, ast.Name) and node.value.id == "self")
     ]
 

@@ -39,7 +39,20 @@ MUTATORS = frozenset(
 PUBLIC_UNDERSCORED = frozenset({"_exit", "_asdict", "_fields", "_make", "_replace"})
 
 #: file (relative to pgqueue/) -> attributes read there anyway, with the reason.
-PRIVATE_READS_ALLOWED: dict[str, dict[str, str]] = {}
+PRIVATE_READS_ALLOWED: dict[str, dict[str, str]] = {
+    # isolated() re-points an App at a fresh schema and restores it after:
+    # it swaps the App's own pools and statements, which nothing else may.
+    "testing/isolation.py": {
+        "_database": "the pool sizes of the App it re-points",
+        "_queries": "the fresh App's statements, for the re-pointed context",
+    },
+    # WorkerApp.of: what a worker (or a drain) uses of its App, read once;
+    # the worker's parts get the pools from it, never from the App.
+    "worker/parts.py": {
+        "_database": "the App's pool, handed to the worker's parts",
+        "_listen_database": "where the worker's LISTEN connection opens",
+    },
+}
 
 
 def _parse(path: Path) -> ast.Module:
