@@ -1,6 +1,7 @@
 """ARCHITECTURE.md against the tree: its "Every module" section names every
-module of the library, the CLI and the pytest plugin and nothing else, and
-every file path it names anywhere exists."""
+module of the library, the CLI and the pytest plugin and nothing else,
+every file path it names anywhere exists, and the one rule of its list that
+no other test held (one cancel statement) holds."""
 
 from __future__ import annotations
 
@@ -164,3 +165,64 @@ def test_a_named_path_that_does_not_exist_fails(tmp_path: Path) -> None:
         "pkg/ops/new.py",
         "tests/unit/test_gone.py",
     ]
+
+
+# --- a rule of the page that no other test held: one cancel statement ----------------
+#
+# An operator's cancel (``app.cancel``, ``cancel_many``, ``cancel_workflow``, the
+# CLI, the dashboard) is the statement ``job_cancel``: no other named statement
+# asks a running job to stop or ends live jobs cancelled, and only the cancel
+# ops yield it. (Jobs also end cancelled inside the SQL functions, when a
+# cancelled attempt ends or a workflow's dependency fails: outcomes, not cancels.)
+CANCEL_OPS = frozenset({"pgqueue/ops/operator.py", "pgqueue/ops/workflows.py"})
+CANCELS = re.compile(r"cancel_requested\s*=\s*true|'cancelled'::", re.IGNORECASE)
+STATEMENT = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+
+
+def cancelling_statements(folder: Path) -> set[str]:
+    """Names of the statements under ``folder`` that cancel jobs."""
+    found: set[str] = set()
+    for path in sorted(folder.glob("*.sql")):
+        pieces = STATEMENT.split(path.read_text(encoding="utf-8"))[1:]  # name, body, ...
+        bodies = zip(pieces[::2], pieces[1::2], strict=True)
+        found |= {name for name, body in bodies if CANCELS.search(body)}
+    return found
+
+
+def yielders(root: Path, statement: str) -> set[str]:
+    """Modules of ``pgqueue/`` that name ``statement`` (not its declaration)."""
+    return {
+        path.relative_to(root).as_posix()
+        for path in (root / "pgqueue").rglob("*.py")
+        if path.name != "queries.py" and f'"{statement}"' in path.read_text(encoding="utf-8")
+    }
+
+
+def test_one_statement_cancels_and_only_the_cancel_ops_run_it() -> None:
+    assert cancelling_statements(ROOT / "sql" / "queries") == {"job_cancel"}
+    assert yielders(ROOT, "job_cancel") == CANCEL_OPS
+
+
+def test_a_second_cancel_statement_or_caller_is_found(tmp_path: Path) -> None:
+    queries = tmp_path / "sql" / "queries"
+    queries.mkdir(parents=True)
+    (queries / "operator.sql").write_text(
+        "-- name: job_cancel\nUPDATE {schema}.jobs_live SET cancel_requested = true;\n\n"
+        "-- name: job_count\nSELECT count(*) FROM {schema}.jobs_live;\n",
+        encoding="utf-8",
+    )
+    (queries / "dashboard.sql").write_text(
+        "-- name: dashboard_cancel_all\n"
+        "SELECT {schema}.finish_jobs(ids, '{queued}', 'cancelled'::{schema}.job_status);\n",
+        encoding="utf-8",
+    )
+    assert cancelling_statements(queries) == {"job_cancel", "dashboard_cancel_all"}
+    _plant(tmp_path, ["pgqueue/ops/operator.py", "pgqueue/queries.py"])
+    (tmp_path / "pgqueue/dashboard/data.py").parent.mkdir(parents=True)
+    (tmp_path / "pgqueue/dashboard/data.py").write_text(
+        'rows = yield Execute("job_cancel", {})\n', encoding="utf-8"
+    )
+    (tmp_path / "pgqueue/queries.py").write_text(
+        'QueryName = Literal["job_cancel"]\n', encoding="utf-8"
+    )
+    assert yielders(tmp_path, "job_cancel") == {"pgqueue/dashboard/data.py"}
