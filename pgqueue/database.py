@@ -363,8 +363,10 @@ async def async_pools(*databases: Database) -> AsyncIterator[None]:
     """A block that ends before its event loop does: the async pools these
     databases open in it are closed at its end, on that loop (an async pool
     cannot be closed once its loop has ended). Every blocking entry point
-    that makes a loop of its own (``run_worker``, ``drain``, the dashboard's
-    thread) runs its work inside one."""
+    that makes a loop of its own (``run_worker``, ``Router.run_worker``,
+    ``drain``) runs its work inside one; a server on a loop it does not own
+    (the dashboard) closes its App's at the end of its lifespan with
+    ``App.close_async_pool``."""
     try:
         yield
     finally:

@@ -2,10 +2,11 @@
 ``pgqueue check`` prints.
 
 The checks themselves are the operation :func:`pgqueue.ops.health.check`;
-this module holds the report types and the thin shell that runs it on a
-dedicated connection. Not the pool: the pool refuses to open on an
-unmigrated schema, which is exactly a state a health check must report
-rather than raise, and a probe should measure a real connect.
+this module holds the report types and the report of an unreachable
+database. ``App.check_async`` runs the operation on a dedicated connection,
+not the pool: the pool refuses to open on an unmigrated schema, which is
+exactly a state a health check must report rather than raise, and a probe
+should measure a real connect.
 """
 
 from __future__ import annotations

@@ -176,12 +176,9 @@ class Router:
         """One worker per App on this loop; all stop gracefully when ``stop``
         is set (or on SIGTERM/SIGINT when no ``stop`` is given), and all stop
         when one stops on an error."""
-        from pgqueue.database import async_pools
         from pgqueue.worker.runner import run_workers_async
 
-        workers = self._workers(queues, options)
-        async with async_pools(*(w.app.database for w in workers)):
-            await run_workers_async(workers, stop)
+        await run_workers_async(self._workers(queues, options), stop)
 
     def _workers(self, queues: Sequence[str] | None, options: dict[str, Any]) -> list[Worker]:
         from pgqueue.worker.settings import for_app

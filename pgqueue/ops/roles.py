@@ -1,5 +1,5 @@
 """Database roles: the one a transaction runs as, and the ones ``pgqueue
-grant`` recorded (``sql/queries/http.sql``); the HTTP API runs each request
+grant`` recorded (``sql/queries/roles.sql``); the HTTP API runs each request
 as the role of its token's kind."""
 
 from __future__ import annotations

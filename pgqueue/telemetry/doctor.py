@@ -8,9 +8,10 @@ engineer runs when the queue is slow.
 The checks are one operation on a dedicated connection (:func:`diagnose`).
 The facts it shares with ``check()`` (server clock, schema revision, stuck
 jobs, silent workers, queue backlog) are read by the operations of
-:mod:`pgqueue.ops.health`; this module words them as findings.
-the pooler probe needs two client connections and runs in the shell
-(:func:`run` / :func:`run_async`).
+:mod:`pgqueue.ops.health`; this module words them as findings. Whether a
+transaction pooler is in the path takes two client connections:
+``App.doctor_async`` opens them and asks each :func:`backend`, and
+:func:`pooler_probe` compares the answers.
 """
 
 from __future__ import annotations

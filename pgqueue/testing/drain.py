@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pgqueue import validation
+from pgqueue.database import async_pools
 from pgqueue.errors import LeaseLost, PgQueueError
 from pgqueue.models import AttemptOutcome, JobStatus, LeasedJob
 from pgqueue.ops import consume, operator
@@ -121,10 +122,8 @@ def drain(
     drainer = _Drain.of(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs)
 
     async def main() -> DrainResult:
-        try:
+        async with async_pools(drainer.database):  # its loop ends with asyncio.run
             return await drainer.run()
-        finally:
-            await drainer.database.close_async_pool()  # its loop ends with asyncio.run
 
     return asyncio.run(main())
 
