@@ -156,5 +156,5 @@ def for_app(
     connection goes to ``listen_dsn``: with none possible (``listen=False``,
     or a transaction pooler without ``listen_dsn``) the worker polls."""
     rest = dict(options)
-    listen = listen_dsn is not None and bool(rest.pop("listen", True))
-    return WorkerSettings.build(queues=queues, listen=listen, **rest)
+    requested = bool(rest.pop("listen", True))
+    return WorkerSettings.build(queues=queues, listen=listen_dsn is not None and requested, **rest)
