@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pgqueue.ops import producer_span
 from pgqueue.ops.producer_span import SYSTEM, _api, _tracer
-from pgqueue.telemetry.observer import WorkerObserver
-
-if TYPE_CHECKING:
-    from pgqueue.worker.executor import RunningJob
+from pgqueue.telemetry.observer import ObservedJob, WorkerObserver
 
 # The producer side is ops/producer_span.py, below the operation that opens
 # it (ops/enqueue.py); its names stay readable here.
@@ -62,7 +59,7 @@ class TracingObserver(WorkerObserver):
         self.trace = _api()
         self.tracer = _tracer()
 
-    def started(self, rj: RunningJob) -> None:
+    def started(self, rj: ObservedJob) -> None:
         trace, job = self.trace, rj.job
         span = self.tracer.start_span(
             f"process {job.task}",
@@ -84,7 +81,7 @@ class TracingObserver(WorkerObserver):
         if span_context.is_valid:
             JOB_TRACE_IDS[job.job_id] = format(span_context.trace_id, "032x")
 
-    def run_context(self, rj: RunningJob) -> contextvars.Context | None:
+    def run_context(self, rj: ObservedJob) -> contextvars.Context | None:
         span = rj.observed
         if span is None:
             return None
@@ -92,7 +89,7 @@ class TracingObserver(WorkerObserver):
         ctx.run(_attach, self.trace.set_span_in_context(span))
         return ctx
 
-    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+    def finished(self, rj: ObservedJob, outcome: str, error: BaseException | None) -> None:
         span = rj.observed
         if span is None:
             return
