@@ -15,7 +15,7 @@ every import: module level, inside functions and under ``TYPE_CHECKING``
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "pgqueue"
@@ -43,6 +43,26 @@ PURE = frozenset(
 )
 #: The operations: they may import PURE and each other.
 OPS = "pgqueue.ops"
+#: The database layer, which runs operations: it may import PURE, OPS and itself.
+DATABASE = frozenset(
+    {"pgqueue.database", "pgqueue.connection", "pgqueue.driver_async", "pgqueue.driver_sync"}
+)
+#: Telemetry: it may import PURE, OPS, DATABASE and itself.
+TELEMETRY = "pgqueue.telemetry"
+#: What the worker may not import: the App and its handles, which run the
+#: worker (the worker names what it reads of them: WorkerHost, RunnableTask).
+APP = frozenset(
+    {
+        "pgqueue.app",
+        "pgqueue.app_async",
+        "pgqueue.app_base",
+        "pgqueue.app_sync",
+        "pgqueue.task",
+        "pgqueue.workflow",
+        "pgqueue.router",
+    }
+)
+WORKER = "pgqueue.worker"
 
 #: Circles across packages still left, each the sorted list of its modules.
 #: None: shrink this list, never grow it.
@@ -172,14 +192,46 @@ def upward_imports(graph: dict[str, dict[str, int]], pure: Iterable[str], ops: s
     return bad
 
 
-def test_the_pure_modules_exist() -> None:
+def _in(package: str) -> Callable[[str], bool]:
+    return lambda m: m == package or m.startswith(package + ".")
+
+
+def imports_outside(
+    graph: dict[str, dict[str, int]],
+    importer: Callable[[str], bool],
+    allowed: Callable[[str], bool],
+) -> list[str]:
+    """Imports of the modules ``importer`` accepts that ``allowed`` refuses."""
+    return [
+        f"{mod}:{line} imports {target}"
+        for mod, edges in sorted(graph.items())
+        if importer(mod)
+        for target, line in sorted(edges.items())
+        if not allowed(target)
+    ]
+
+
+def test_the_named_modules_exist() -> None:
     graph = import_graph(ROOT)
-    assert not PURE - graph.keys(), sorted(PURE - graph.keys())
-    assert OPS in graph
+    named = PURE | DATABASE | APP | {OPS, TELEMETRY, WORKER}
+    assert not named - graph.keys(), sorted(named - graph.keys())
 
 
 def test_ops_and_pure_modules_import_nothing_above_them() -> None:
     assert upward_imports(import_graph(ROOT), PURE, OPS) == []
+
+
+def test_the_database_layer_and_telemetry_import_nothing_above_them() -> None:
+    graph = import_graph(ROOT)
+    below_db = lambda m: m in PURE or _in(OPS)(m) or m in DATABASE  # noqa: E731
+    assert imports_outside(graph, DATABASE.__contains__, below_db) == []
+    below_telemetry = lambda m: below_db(m) or _in(TELEMETRY)(m)  # noqa: E731
+    assert imports_outside(graph, _in(TELEMETRY), below_telemetry) == []
+
+
+def test_the_worker_imports_nothing_of_the_app() -> None:
+    graph = import_graph(ROOT)
+    assert imports_outside(graph, _in(WORKER), lambda m: m not in APP) == []
 
 
 def test_no_import_circle_spans_two_packages() -> None:
@@ -213,3 +265,6 @@ def test_the_checks_fail_on_a_planted_tree(tmp_path: Path) -> None:
     ]
     assert circles(graph) == [["pkg.app", "pkg.worker.run"], ["pkg.ops.a", "pkg.ops.b"]]
     assert cross_package_circles(graph) == [["pkg.app", "pkg.worker.run"]]
+    assert imports_outside(graph, _in("pkg.worker"), lambda m: m != "pkg.app") == [
+        "pkg.worker.run:2 imports pkg.app"
+    ]
