@@ -61,22 +61,3 @@ async def run_async(
         return await middleware[i].process_async(context, lambda: step(i + 1))
 
     return await step(0)
-
-
-def before_enqueue(middleware: Sequence[Middleware], specs: Sequence[JobSpec]) -> list[JobSpec]:
-    """Each spec through every middleware's ``before_enqueue``, in order."""
-    from pgqueue.models import JobSpec
-
-    out = []
-    for spec in specs:
-        for m in middleware:
-            spec = m.before_enqueue(spec)
-            if not isinstance(spec, JobSpec):
-                from pgqueue.errors import InvalidOption
-
-                raise InvalidOption(
-                    f"{type(m).__name__}.before_enqueue must return a pgqueue.JobSpec, "
-                    f"got {type(spec).__name__}"
-                )
-        out.append(spec)
-    return out

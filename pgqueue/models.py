@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 #: Field metadata: JSON output omits the field while it holds its default.
 OMIT_DEFAULT = {"json": "omit_default"}
@@ -421,3 +421,28 @@ class ArchiveLayout:
     period: str | None
     partitions: int
     legacy_upper: datetime | None
+
+
+# Workflows (pgqueue.workflow re-exports these; ops/workflows returns them).
+WorkflowStatus = Literal["running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """An enqueued workflow: its id and each step's job id."""
+
+    workflow_id: int
+    jobs: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """A workflow as stored (``app.get_workflow``): ``status`` is ``running``
+    until every step ended, then ``succeeded`` (all succeeded) or ``failed``."""
+
+    workflow_id: int
+    name: str
+    status: WorkflowStatus
+    created_at: datetime
+    steps: dict[str, Job]
+    after: dict[str, list[str]]

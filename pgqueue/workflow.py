@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.errors import InvalidInput
-from pgqueue.models import Job, JobSpec
+from pgqueue.models import JobSpec, WorkflowInfo, WorkflowRun, WorkflowStatus  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from pgqueue._adapters import ConnectionLike
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from pgqueue.task import Task
 
 __all__ = ["Step", "Workflow", "WorkflowInfo", "WorkflowRun"]
-
-WorkflowStatus = Literal["running", "succeeded", "failed"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -36,27 +33,6 @@ class Step:
     spec: JobSpec = field(repr=False)
     after: tuple[Step, ...] = field(repr=False)
     allow_failed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowRun:
-    """An enqueued workflow: its id and each step's job id."""
-
-    workflow_id: int
-    jobs: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowInfo:
-    """A workflow as stored (``app.get_workflow``): ``status`` is ``running``
-    until every step ended, then ``succeeded`` (all succeeded) or ``failed``."""
-
-    workflow_id: int
-    name: str
-    status: WorkflowStatus
-    created_at: datetime
-    steps: dict[str, Job]
-    after: dict[str, list[str]]
 
 
 class Workflow:

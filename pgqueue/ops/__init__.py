@@ -8,20 +8,27 @@ twin share one body (the pattern psycopg uses internally).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pgqueue.queries import Queries, QueryName, channel_for
 
 if TYPE_CHECKING:
-    from pgqueue.middleware import Middleware
+    from pgqueue.models import JobSpec
 
 T = TypeVar("T")
 
 Fetch = Literal["all", "one", "none"]
 Rows = Literal["tuple", "dict"]
+
+
+class EnqueueHook(Protocol):
+    """What operations use of a middleware (:class:`pgqueue.Middleware`):
+    its ``before_enqueue``. Named here so that ops import nothing above them."""
+
+    def before_enqueue(self, spec: JobSpec) -> JobSpec: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +94,7 @@ class OpContext:
     task_defaults: Callable[[str], TaskDefaults]
     clock: Callable[[], datetime | None]
     #: The App's middleware list (shared: add_middleware appends to it).
-    middleware: list[Middleware] = field(default_factory=list)
+    middleware: Sequence[EnqueueHook] = field(default_factory=list)
 
     @property
     def channel(self) -> str:

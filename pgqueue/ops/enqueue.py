@@ -9,12 +9,26 @@ from typing import Any
 
 from pgqueue import validation
 from pgqueue.errors import InvalidOption
-from pgqueue.middleware import before_enqueue
 from pgqueue.models import Enqueued, JobSpec
-from pgqueue.ops import DEFAULT_TASK, Execute, Op, OpContext
+from pgqueue.ops import DEFAULT_TASK, EnqueueHook, Execute, Op, OpContext
+from pgqueue.ops import producer_span as tracing
 from pgqueue.payloads import encode_batch, encode_options, encode_payload, encode_payloads
 from pgqueue.queries import QueryName, parameter_names
-from pgqueue.telemetry import tracing
+
+
+def before_enqueue(middleware: Sequence[EnqueueHook], specs: Sequence[JobSpec]) -> list[JobSpec]:
+    """Each spec through every middleware's ``before_enqueue``, in order."""
+    out = []
+    for spec in specs:
+        for m in middleware:
+            spec = m.before_enqueue(spec)
+            if not isinstance(spec, JobSpec):
+                raise InvalidOption(
+                    f"{type(m).__name__}.before_enqueue must return a pgqueue.JobSpec, "
+                    f"got {type(spec).__name__}"
+                )
+        out.append(spec)
+    return out
 
 
 def job_object(ctx: OpContext, spec: JobSpec) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pgqueue import validation
 from pgqueue.durations import parse_duration
@@ -14,8 +14,25 @@ from pgqueue.ops import Execute, Op
 from pgqueue.ops.admin import parse_rate
 from pgqueue.retry import Backoff
 
-if TYPE_CHECKING:
-    from pgqueue.task import Task
+
+class PublishedTask(Protocol):
+    """What :func:`publish` reads of a task (a :class:`pgqueue.Task`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def lease_seconds(self) -> int: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def retry(self) -> Backoff: ...
+
 
 #: A worker whose heartbeat is older than this counts as not alive.
 ALIVE_SECONDS = 60.0
@@ -25,7 +42,7 @@ STATS_WINDOW = timedelta(hours=24)
 OPTION_FIELDS = ("max_attempts", "timeout", "lease_seconds", "priority", "retry")
 
 
-def publish(tasks: Sequence[Task[Any, Any]], worker_id: str) -> Op[None]:
+def publish(tasks: Sequence[PublishedTask], worker_id: str) -> Op[None]:
     """Publish ``tasks`` (name, queue, declared defaults) as ``worker_id``'s."""
     if not tasks:
         return

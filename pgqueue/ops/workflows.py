@@ -7,18 +7,40 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pgqueue import validation
 from pgqueue.errors import InvalidInput, InvalidOption, JobNotFound, WorkflowNotFound
-from pgqueue.models import Enqueued, Job, JobSpec, JobStatus
+from pgqueue.models import Enqueued, Job, JobSpec, JobStatus, WorkflowInfo, WorkflowRun
 from pgqueue.ops import Execute, Op, OpContext
-from pgqueue.ops.enqueue import _JobBuilder
+from pgqueue.ops.enqueue import _JobBuilder, before_enqueue
 from pgqueue.ops.inspect import _job_id, job_from_row
 from pgqueue.ops.operator import CANCELLABLE, cancel_params
 
-if TYPE_CHECKING:
-    from pgqueue.workflow import Workflow, WorkflowInfo, WorkflowRun
+
+class GraphStep(Protocol):
+    """What :func:`enqueue_workflow` reads of a step (a :class:`pgqueue.Step`)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def after(self) -> Sequence[GraphStep]: ...
+    @property
+    def allow_failed(self) -> bool: ...
+
+
+class Graph(Protocol):
+    """What :func:`enqueue_workflow` reads of a workflow (a :class:`pgqueue.Workflow`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def steps(self) -> Sequence[GraphStep]: ...
+
 
 #: What a step's or a dependent job's options may not use: a dedup hit would
 #: make two steps one job.
@@ -48,16 +70,12 @@ def enqueue_dependent(ctx: OpContext, specs: Sequence[JobSpec]) -> Op[list[Enque
     return [Enqueued(job_id, True) for _, job_id in rows]
 
 
-def enqueue_workflow(ctx: OpContext, workflow: Workflow) -> Op[WorkflowRun]:
+def enqueue_workflow(ctx: OpContext, workflow: Graph) -> Op[WorkflowRun]:
     """Every step of ``workflow`` in one statement."""
-    from pgqueue.workflow import WorkflowRun
-
     if not workflow.steps:
         raise InvalidInput(f"workflow {workflow.name!r} has no steps")
     specs = workflow.steps
     if ctx.middleware:
-        from pgqueue.middleware import before_enqueue
-
         changed = before_enqueue(ctx.middleware, [s.spec for s in specs])
     else:
         changed = [s.spec for s in specs]
@@ -116,8 +134,6 @@ def get_workflow(workflow_id: int) -> Op[WorkflowInfo]:
 def _load(ids: list[int]) -> Op[list[WorkflowInfo]]:
     """These workflows, in this order (unknown ids left out): three
     statements however many there are."""
-    from pgqueue.workflow import WorkflowInfo
-
     params = {"workflow_ids": ids}
     heads = {h["id"]: h for h in (yield Execute("workflow_get", params, rows="dict"))}
     rows = yield Execute("workflow_steps", params, rows="dict")

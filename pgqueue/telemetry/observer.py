@@ -12,11 +12,28 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+
     from pgqueue.models import LeasedJob
-    from pgqueue.worker.executor import RunningJob
+
+
+class ObservedJob(Protocol):
+    """What observers read of a running job (the worker's
+    :class:`pgqueue.worker.executor.RunningJob`); named here so that
+    telemetry imports nothing of the worker above it."""
+
+    #: The observer's per-job state (a span), kept on the job.
+    observed: Any
+
+    @property
+    def job(self) -> LeasedJob: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def handle(self) -> asyncio.Future[Any] | None: ...
 
 
 class WorkerObserver:
@@ -32,14 +49,14 @@ class WorkerObserver:
     def leased(self, jobs: Sequence[LeasedJob]) -> None:
         """A batch was leased (called once per batch, before its jobs start)."""
 
-    def started(self, rj: RunningJob) -> None:
+    def started(self, rj: ObservedJob) -> None:
         """A leased job is about to run (or be failed without running)."""
 
-    def run_context(self, rj: RunningJob) -> contextvars.Context | None:
+    def run_context(self, rj: ObservedJob) -> contextvars.Context | None:
         """The context the task should run in (None: the current one)."""
         return None
 
-    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+    def finished(self, rj: ObservedJob, outcome: str, error: BaseException | None) -> None:
         """The job's attempt ended with ``outcome`` (an attempt outcome, or
         ``lease_lost`` / ``released`` when its outcome is not recorded)."""
 
@@ -64,18 +81,18 @@ class Observers(WorkerObserver):
     def observes_starts(self) -> bool:
         return any(o.observes_starts() for o in self.observers)
 
-    def started(self, rj: RunningJob) -> None:
+    def started(self, rj: ObservedJob) -> None:
         for o in self.observers:
             o.started(rj)
 
-    def run_context(self, rj: RunningJob) -> contextvars.Context | None:
+    def run_context(self, rj: ObservedJob) -> contextvars.Context | None:
         for o in self.observers:
             ctx = o.run_context(rj)
             if ctx is not None:
                 return ctx
         return None
 
-    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+    def finished(self, rj: ObservedJob, outcome: str, error: BaseException | None) -> None:
         for o in self.observers:
             o.finished(rj, outcome, error)
 
@@ -85,7 +102,7 @@ class Observers(WorkerObserver):
 
 
 def build_observer(
-    settings: Any, version: str, running: Mapping[int, RunningJob]
+    settings: Any, version: str, running: Mapping[int, ObservedJob]
 ) -> WorkerObserver:
     """The observer for a worker's settings: metrics when ``metrics_port`` is
     set, tracing when opentelemetry is installed and a tracer provider is

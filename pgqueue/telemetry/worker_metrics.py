@@ -24,11 +24,10 @@ import structlog
 
 from pgqueue.errors import InvalidOption
 from pgqueue.telemetry.errors import DATABASE_ERRORS
-from pgqueue.telemetry.observer import WorkerObserver
+from pgqueue.telemetry.observer import ObservedJob, WorkerObserver
 
 if TYPE_CHECKING:
     from pgqueue.models import LeasedJob
-    from pgqueue.worker.executor import RunningJob
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     300.0, 900.0, 3600.0)  # fmt: skip
@@ -87,14 +86,14 @@ class WorkerMetrics(WorkerObserver):
     wants_lease_details = True
 
     def __init__(
-        self, worker_id: str, version: str, running: Mapping[int, RunningJob] | None = None
+        self, worker_id: str, version: str, running: Mapping[int, ObservedJob] | None = None
     ) -> None:
         self.worker_id = worker_id
         self.version = version
         self.tasks: dict[tuple[str, str], TaskStats] = {}
         self.waits: dict[str, Histogram] = {}
         #: The executor's table of jobs not yet recorded (read, never changed).
-        self.running: Mapping[int, RunningJob] = {} if running is None else running
+        self.running: Mapping[int, ObservedJob] = {} if running is None else running
         self.server: Any = None
 
     @classmethod
@@ -104,7 +103,7 @@ class WorkerMetrics(WorkerObserver):
         worker_id: str,
         version: str,
         host: str = "0.0.0.0",
-        running: Mapping[int, RunningJob] | None = None,
+        running: Mapping[int, ObservedJob] | None = None,
     ) -> WorkerMetrics:
         """Start the HTTP server on ``port`` (0: any free port, see ``.port``)
         with a registry holding only these metrics."""
@@ -142,7 +141,7 @@ class WorkerMetrics(WorkerObserver):
             assert hist is not None
             hist.observe(wait if wait > 0.0 else 0.0)
 
-    def finished(self, rj: RunningJob, outcome: str, error: BaseException | None) -> None:
+    def finished(self, rj: ObservedJob, outcome: str, error: BaseException | None) -> None:
         # Plain arithmetic on the event loop: a dict lookup, two additions
         # and a bisection; prometheus_client sees these totals only on scrape.
         job = rj.job

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -26,6 +26,7 @@ from pgqueue import middleware as mw
 from pgqueue.context import JobContext
 from pgqueue.models import AttemptOutcome, LeasedJob
 from pgqueue.ops.consume import Failure, describe_error
+from pgqueue.ops.tasks import PublishedTask
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry, Snooze
 from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
@@ -33,12 +34,24 @@ from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
 if TYPE_CHECKING:
     from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
-    from pgqueue.task import Task
     from pgqueue.worker.completer import Completer
     from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
 log = structlog.get_logger("pgqueue.worker")
+
+
+class RunnableTask(PublishedTask, Protocol):
+    """What the worker uses of a registered task (a :class:`pgqueue.Task`):
+    named here so that the worker imports nothing of the App above it."""
+
+    @property
+    def func(self) -> Callable[..., Any]: ...
+    @property
+    def is_async(self) -> bool: ...
+    @property
+    def pass_context(self) -> bool: ...
+
 
 if sys.version_info >= (3, 12):
 
@@ -82,7 +95,7 @@ class RunningJob:
     def __init__(
         self,
         job: LeasedJob,
-        task: Task[Any, Any] | None,
+        task: RunnableTask | None,
         leased_at: float,
         started: float | None = None,
     ) -> None:
@@ -116,7 +129,7 @@ class Executor:
 
     def __init__(
         self,
-        tasks: Mapping[str, Task[Any, Any]],
+        tasks: Mapping[str, RunnableTask],
         concurrency: int,
         completer: Completer,
         max_result_bytes: int,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue.telemetry.observer import WorkerObserver, build_observer
 from pgqueue.version import __version__
@@ -25,14 +25,42 @@ from pgqueue.worker.task_settings import LiveTaskSettings
 from pgqueue.worker.task_transaction import TaskTransactionSource
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
     from pgqueue.database import Database
     from pgqueue.middleware import Middleware
     from pgqueue.ops import OpContext
     from pgqueue.ops.schedules import ScheduleSpec
-    from pgqueue.task import Task
-    from pgqueue.worker.executor import Dependencies, RunningJob
+    from pgqueue.worker.executor import Dependencies, RunnableTask, RunningJob
     from pgqueue.worker.settings import WorkerSettings
+
+
+class WorkerHost(Protocol):
+    """What :meth:`WorkerApp.of` reads of an App (a :class:`pgqueue.App`):
+    named here so that the worker imports nothing of the App above it."""
+
+    @property
+    def _database(self) -> Database: ...
+    @property
+    def _listen_database(self) -> Database: ...
+    @property
+    def op_context(self) -> OpContext: ...
+    @property
+    def tasks(self) -> Mapping[str, RunnableTask]: ...
+    @property
+    def middleware(self) -> Sequence[Middleware]: ...
+    @property
+    def max_result_bytes(self) -> int: ...
+    @property
+    def periodic_schedules(self) -> Sequence[ScheduleSpec]: ...
+    @property
+    def dsn(self) -> str: ...
+    @property
+    def schema(self) -> str: ...
+    @property
+    def listen_dsn(self) -> str | None: ...
+    @property
+    def pooler(self) -> str | None: ...
+
+    def job_dependencies(self, job_id: int) -> tuple[int | None, list[tuple[str, str, Any]]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +72,7 @@ class WorkerApp:
     database: Database
     listen_database: Database  # for the LISTEN connection
     ctx: OpContext
-    tasks: Mapping[str, Task[Any, Any]]
+    tasks: Mapping[str, RunnableTask]
     middleware: Sequence[Middleware]
     dependencies: Dependencies  # context.dependency_results()
     max_result_bytes: int
@@ -56,7 +84,7 @@ class WorkerApp:
     pooler: str | None
 
     @classmethod
-    def of(cls, app: App) -> WorkerApp:
+    def of(cls, app: WorkerHost) -> WorkerApp:
         return cls(
             database=app._database,
             listen_database=app._listen_database,

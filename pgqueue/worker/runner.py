@@ -21,11 +21,11 @@ from pgqueue.worker.settings import GC_THRESHOLD
 from pgqueue.worker.worker import Worker
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
+    from pgqueue.worker.parts import WorkerHost
     from pgqueue.worker.settings import WorkerSettings
 
 
-def run_worker(app: App, settings: WorkerSettings) -> None:
+def run_worker(app: WorkerHost, settings: WorkerSettings) -> None:
     """Run a worker until SIGTERM/SIGINT; returns after a graceful stop, or
     raises the error that stopped it (after the same graceful shutdown)."""
     run_workers([Worker(app, settings)])
@@ -123,7 +123,9 @@ def _exit_now(threads: int, code: int, message: str | None = None) -> None:
     os._exit(code)
 
 
-async def run_worker_async(app: App, settings: WorkerSettings, stop: asyncio.Event | None) -> int:
+async def run_worker_async(
+    app: WorkerHost, settings: WorkerSettings, stop: asyncio.Event | None
+) -> int:
     """Run a worker on the running loop until ``stop`` is set (or, when no
     ``stop`` is given, until SIGTERM/SIGINT). Returns how many sync tasks are
     still running in threads; raises the error that stopped the worker."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -18,7 +18,7 @@ from pgqueue.worker.wakeup import wait_any
 if TYPE_CHECKING:
     from pgqueue.database import Database
     from pgqueue.models import TaskSettings
-    from pgqueue.task import Task
+    from pgqueue.ops.tasks import PublishedTask
 
 log = structlog.get_logger("pgqueue.worker")
 
@@ -37,7 +37,7 @@ class LiveTaskSettings:
         self.current: dict[str, TaskSettings] = {}
         self.refreshing: set[asyncio.Task[bool]] = set()
 
-    async def publish(self, tasks: Iterable[Task[Any, Any]], worker_id: str) -> None:
+    async def publish(self, tasks: Iterable[PublishedTask], worker_id: str) -> None:
         """Publish ``tasks`` as ``worker_id``'s and load the live settings."""
         await self.database.run_async(task_ops.publish(list(tasks), worker_id))
         await self.refresh()

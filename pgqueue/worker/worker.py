@@ -35,9 +35,9 @@ from pgqueue.worker.scheduler import run_scheduler
 from pgqueue.worker.wakeup import wait_any
 
 if TYPE_CHECKING:
-    from pgqueue.app import App
     from pgqueue.worker.completer import Completer
     from pgqueue.worker.executor import Executor
+    from pgqueue.worker.parts import WorkerHost
     from pgqueue.worker.settings import WorkerSettings
     from pgqueue.worker.task_settings import LiveTaskSettings
 
@@ -48,7 +48,7 @@ STARTUP_BACKOFF = (0.5, 10.0)
 
 
 class Worker:
-    def __init__(self, app: App, settings: WorkerSettings) -> None:
+    def __init__(self, app: WorkerHost, settings: WorkerSettings) -> None:
         self.app = WorkerApp.of(app)
         self.settings = settings
         self.stopping = asyncio.Event()  # stop leasing, begin the graceful shutdown
