@@ -89,9 +89,10 @@ def lease(
 
 @dataclass(frozen=True, slots=True)
 class LeaseBatch:
-    """What one lease took: the jobs, and each one's lease order key
-    ``(queue, priority, run_at, job_id, ordered)`` for the worker's cursors
-    (``ordered`` False: task limits skipped jobs, no cursor may pass them)."""
+    """What one lease took: the jobs, and for each queue it took from, the
+    lease order key of the last job taken there ``(queue, priority, run_at,
+    job_id, ordered)`` for the worker's cursors (``ordered`` False: task
+    limits skipped jobs of that queue, no cursor may pass them)."""
 
     jobs: list[LeasedJob]
     keys: list[tuple[str, int, datetime, int, bool]]
@@ -144,7 +145,7 @@ def lease_batch(
     )
     # One JSON decode for the whole batch instead of one per row.
     payloads = loads_many([row[5] for row in rows])
-    keys = [(r[4], r[-3], r[-2], r[0], r[-1]) for r in rows]
+    keys = _last_keys(rows)
     if query == "job_lease":
         jobs = [
             LeasedJob(
@@ -163,6 +164,21 @@ def lease_batch(
         for r, payload, trace in zip(rows, payloads, traces, strict=True)
     ]  # fmt: skip
     return LeaseBatch(jobs, keys)
+
+
+def _last_keys(rows: Sequence[Any]) -> list[tuple[str, int, datetime, int, bool]]:
+    """The lease order key of each queue's last row (rows come in lease order
+    per queue); a cursor only needs that one, so no key object per job."""
+    unordered = {r[4] for r in rows if not r[-1]}
+    left = {r[4] for r in rows}
+    keys = []
+    for r in reversed(rows):
+        if r[4] in left:
+            left.discard(r[4])
+            keys.append((r[4], r[-3], r[-2], r[0], r[4] not in unordered))
+            if not left:
+                break
+    return keys
 
 
 def ready_queues() -> Op[list[str]]:
