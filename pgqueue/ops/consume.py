@@ -95,7 +95,7 @@ class LeaseBatch:
     limits skipped jobs of that queue, no cursor may pass them)."""
 
     jobs: list[LeasedJob]
-    keys: list[tuple[str, int, datetime, int, bool]]
+    keys: list[tuple[str, int, int, int, bool]]  # run_at in µs since the epoch
 
 
 def lease_batch(
@@ -166,7 +166,7 @@ def lease_batch(
     return LeaseBatch(jobs, keys)
 
 
-def _last_keys(rows: Sequence[Any]) -> list[tuple[str, int, datetime, int, bool]]:
+def _last_keys(rows: Sequence[Any]) -> list[tuple[str, int, int, int, bool]]:
     """The lease order key of each queue's last row (rows come in lease order
     per queue); a cursor only needs that one, so no key object per job."""
     unordered = {r[4] for r in rows if not r[-1]}

@@ -57,6 +57,11 @@ class LeaseKey(NamedTuple):
         """The cursor whose scan starts with this very job."""
         return LeaseKey(self.priority, self.run_at, self.job_id - 1)
 
+    @classmethod
+    def at(cls, priority: int, run_at_us: int, job_id: int) -> LeaseKey:
+        """The key with run_at given in microseconds since the epoch."""
+        return cls(priority, _EPOCH + timedelta(microseconds=run_at_us), job_id)
+
     def to_json(self) -> list[Any]:
         return [self.priority, self.run_at.isoformat(), self.job_id]
 
@@ -68,11 +73,9 @@ def parse_announcement(payload: str) -> tuple[str, LeaseKey] | None:
     if len(parts) != 4 or not parts[0]:
         return None
     try:
-        priority, micros, job_id = int(parts[1]), int(parts[2]), int(parts[3])
-        run_at = _EPOCH + timedelta(microseconds=micros)
+        return parts[0], LeaseKey.at(int(parts[1]), int(parts[2]), int(parts[3]))
     except (ValueError, OverflowError):
         return None
-    return parts[0], LeaseKey(priority, run_at, job_id)
 
 
 class LeaseCursors:

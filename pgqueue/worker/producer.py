@@ -106,8 +106,8 @@ class Producer:
                 continue
             jobs = batch.jobs
             cursors.advance(
-                (queue, LeaseKey(priority, run_at, job_id), ordered)
-                for queue, priority, run_at, job_id, ordered in batch.keys
+                (queue, LeaseKey.at(priority, run_at_us, job_id), ordered)
+                for queue, priority, run_at_us, job_id, ordered in batch.keys
             )
             if episodes.failing:
                 episodes.succeeded()

@@ -30,9 +30,11 @@ SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
 -- Lease up to %(limit)s jobs of the given queues (NULL: all) for a worker,
 -- starting after its lease cursors %(after)s (NULL: from the heads; see
 -- lease_jobs). Each job's lease order key comes back too (priority, run_at,
--- job_id) and whether the cursor may move past it (ordered).
+-- job_id) and whether the cursor may move past it (ordered); run_at in
+-- microseconds since the epoch, as the announcements carry it (an integer:
+-- no timestamp to decode per leased row).
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
-       tags, meta, priority, run_at, ordered
+       tags, meta, priority, (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us, ordered
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
                          %(lease_seconds)s::integer, %(now)s::timestamptz, %(after)s::jsonb);
 
