@@ -44,4 +44,19 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["to_jsonable"]
+def job_jsonable(job: Any, *, lease_token: bool = False) -> dict[str, Any]:
+    """A job (``pgqueue.Job``) as JSON for a face whose reader may not hold
+    its lease: the running attempt's ``attempt_id`` (the fencing token every
+    ack, fail, nack and extend presents) is ``null`` unless ``lease_token``
+    (an admin). Finished attempts keep theirs: they can fence nothing."""
+    out: dict[str, Any] = to_jsonable(job)
+    if job.attempt_history is None:
+        out.pop("attempt_history", None)
+    elif not lease_token:
+        for attempt in out["attempt_history"]:
+            if attempt["finished_at"] is None:
+                attempt["attempt_id"] = None
+    return out
+
+
+__all__ = ["job_jsonable", "to_jsonable"]

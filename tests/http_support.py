@@ -26,7 +26,7 @@ KINDS = ("producer", "worker", "admin")
 @dataclass
 class Server:
     url: str
-    tokens: dict[str, str]  # kind -> token
+    tokens: dict[str, str]  # kind (and 'worker-b', a second worker) -> token
     roles: dict[str, str]  # kind -> database role
     process: subprocess.Popen[bytes]
     log: Path
@@ -43,8 +43,12 @@ class Server:
 
 def write_tokens(path: Path) -> dict[str, str]:
     tokens = {kind: f"{kind}-{uuid.uuid4().hex}" for kind in KINDS}
+    tokens["worker-b"] = f"worker-b-{uuid.uuid4().hex}"  # a second worker's token
     lines = ["# kind sha256(token)"]
-    lines += [f"{kind} {hashlib.sha256(t.encode()).hexdigest()}" for kind, t in tokens.items()]
+    lines += [
+        f"{kind.split('-')[0]} {hashlib.sha256(t.encode()).hexdigest()}"
+        for kind, t in tokens.items()
+    ]
     path.write_text("\n".join(lines) + "\n")
     return tokens
 

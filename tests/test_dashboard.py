@@ -68,6 +68,15 @@ def test_api_answers_with_the_cli_json_shapes(app: pgqueue.App, seeded: dict[str
         assert job["result"] == {"rows": 3}
         assert job["status"] == "succeeded"
         assert isinstance(job["attempt_history"], list)
+        # #44: a running attempt's lease token is not shown to dashboard readers.
+        running_id = app.enqueue("t", queue="lease-token").job_id
+        [held] = app.lease("lease-token", "w-dash", 1)
+        [attempt] = c.get(f"/api/jobs/{running_id}").json()["attempt_history"]
+        assert attempt["finished_at"] is None
+        assert attempt["attempt_id"] is None
+        stored = app.get_job(running_id, history=True).attempt_history
+        assert stored is not None
+        assert stored[0].attempt_id == held.attempt_id  # the Python API, as the owner, sees it
         groups = c.get("/api/dead").json()["groups"]
         assert sorted(g["count"] for g in groups) == [1, 3]
         assert c.get("/api/jobs/999999").status_code == 404

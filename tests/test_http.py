@@ -238,6 +238,44 @@ def test_a_stale_attempt_changes_nothing(server: Server, app: pgqueue.App) -> No
     assert app.get_job(job_id).status == "succeeded"
 
 
+def test_a_lease_token_stays_with_its_holder(server: Server, app: pgqueue.App) -> None:
+    """#44: no other token learns a running attempt's id from a read, so a
+    second worker cannot complete a job another one leased."""
+    job_id = app.enqueue("t", max_attempts=3).job_id
+    [held] = leased(server)
+    seen: dict[str, Any] = {}
+    for kind in ("producer", "worker", "worker-b", "admin"):
+        with server.client(kind) as http:
+            answer = http.get(f"/v1/jobs/{job_id}", params={"history": "true"})
+        assert answer.status_code == 200, answer.text
+        [attempt] = answer.json()["attempt_history"]
+        assert attempt["finished_at"] is None
+        seen[kind] = attempt["attempt_id"]
+    assert seen == {
+        "producer": None,
+        "worker": None,
+        "worker-b": None,
+        "admin": held["attempt_id"],
+    }
+    before = snapshot(app.dsn)
+    with server.client("worker-b") as http:
+        guessed = http.post(f"/v1/jobs/{job_id}/ack", json={"attempt_id": seen["worker-b"]})
+        assert guessed.status_code == 422, guessed.text  # null is not an attempt id
+        for other in (held["attempt_id"] + 1, held["attempt_id"] + 1000):
+            answer = http.post(f"/v1/jobs/{job_id}/ack", json={"attempt_id": other})
+            assert answer.status_code == 409, answer.text
+    assert snapshot(app.dsn) == before
+    assert app.get_job(job_id).status == "running"
+    with server.client("worker") as http:
+        done = http.post(f"/v1/jobs/{job_id}/ack", json={"attempt_id": held["attempt_id"]})
+    assert done.status_code == 200, done.text
+    finished = app.get_job(job_id, history=True)
+    assert finished.status == "succeeded"
+    with server.client("producer") as http:  # a finished attempt fences nothing: shown
+        [attempt] = http.get(f"/v1/jobs/{job_id}?history=true").json()["attempt_history"]
+    assert attempt["attempt_id"] == held["attempt_id"]
+
+
 def test_fail_nack_extend_and_requeue(server: Server, app: pgqueue.App) -> None:
     retried = app.enqueue("t", queue="f", max_attempts=3).job_id
     [lease] = leased(server, "f")

@@ -29,7 +29,7 @@ from pgqueue.dashboard.endpoints import Dashboard
 from pgqueue.dashboard.forms import job_id_of
 from pgqueue.dashboard.views import chart, pretty, timeline
 from pgqueue.errors import PgQueueError
-from pgqueue.jsonable import to_jsonable
+from pgqueue.jsonable import job_jsonable, to_jsonable
 
 
 async def overview(dash: Dashboard, request: Request) -> Response:
@@ -89,7 +89,8 @@ async def job(dash: Dashboard, request: Request) -> Response:
     """``/jobs/<id>``: one job, its attempts and why it waits."""
     record, explanation = await dash.data.job(job_id_of(request))
     if dash.wants_json(request):
-        return dash.json(record)
+        # A dashboard viewer holds no lease: the running attempt's token stays hidden.
+        return JSONResponse(job_jsonable(record))
     return dash.render(
         request,
         "job.html",

@@ -46,7 +46,7 @@ from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
 from pgqueue.http.schemas import ApiError
 from pgqueue.http.tokens import RANK, Tokens
-from pgqueue.jsonable import to_jsonable
+from pgqueue.jsonable import job_jsonable, to_jsonable
 from pgqueue.ops import Op, worker_api
 
 if TYPE_CHECKING:
@@ -337,10 +337,8 @@ async def get_job(api: Api, request: Request) -> dict[str, Any]:
         raise schemas.invalid("history", "must be true or false")
     await api.start()
     job = await api.app_for(kind).get_job_async(job_id, history=history in ("true", "1"))
-    out: dict[str, Any] = to_jsonable(job)
-    if job.attempt_history is None:
-        out.pop("attempt_history", None)
-    return out
+    # The lease token stays with its holder: only an admin sees a running attempt's.
+    return job_jsonable(job, lease_token=kind == "admin")
 
 
 async def cancel(api: Api, request: Request) -> dict[str, Any]:

@@ -44,7 +44,8 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "type": "object",
         "properties": {
             "attempt": _INT,
-            "attempt_id": _INT,
+            # null while it runs, unless the token is an admin's (the lease token)
+            "attempt_id": _NULLABLE_INT,
             "worker_id": _NULLABLE_TEXT,
             "started_at": _TIME,
             "finished_at": _NULLABLE_TIME,
