@@ -467,7 +467,7 @@ def test_sigterm_ends_a_held_long_poll_with_no_jobs(server: Server, app: pgqueue
             scalar(
                 app.dsn,
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'pgqueue-events'",
+                " AND application_name = 'pgqueue-http-listen'",
             )
         )
 
@@ -491,6 +491,38 @@ def test_sigterm_ends_a_held_long_poll_with_no_jobs(server: Server, app: pgqueue
     log = server.log.read_text()
     assert "ERROR" not in log, log
     assert "Traceback" not in log, log
+
+
+def test_the_server_listens_only_while_a_long_poll_waits(server: Server, app: pgqueue.App) -> None:
+    """#44: an idle server holds no LISTEN session, so enqueues made anywhere
+    in the schema cost it nothing; a long poll opens one, which closes a few
+    seconds after the last long poll ended."""
+
+    def listening() -> int:
+        return int(
+            scalar(
+                app.dsn,
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'pgqueue-http-listen'",
+            )
+        )
+
+    leased(server, "idle")  # the server is up and has served a lease (no wait)
+    app.enqueue_many([pgqueue.JobSpec("t", {"n": n}, "elsewhere") for n in range(50)])
+    assert listening() == 0
+    got: dict[str, Any] = {}
+
+    def poll() -> None:
+        with server.client("worker", timeout=60) as http:
+            got["answer"] = http.post("/v1/queues/idle/lease", json={"wait": 20})
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    wait_until(lambda: listening() == 1, 30, "the long poll to LISTEN")
+    job_id = app.enqueue("t", queue="idle").job_id
+    thread.join(30)
+    assert [j["job_id"] for j in got["answer"].json()["jobs"]] == [job_id]
+    wait_until(lambda: listening() == 0, 30, "the LISTEN session to close after the last poll")
 
 
 def test_hundreds_of_waiters_share_one_listener(server: Server, app: pgqueue.App) -> None:

@@ -48,6 +48,7 @@ from pgqueue.http.schemas import ApiError
 from pgqueue.http.tokens import RANK, Tokens
 from pgqueue.jsonable import job_jsonable, to_jsonable
 from pgqueue.ops import Op, worker_api
+from pgqueue.worker.listener import KEEPALIVE
 
 if TYPE_CHECKING:
     from pgqueue.app import App
@@ -56,6 +57,8 @@ log = logging.getLogger("pgqueue.http")
 T = TypeVar("T")
 
 DEFAULT_MAX_BODY = 1 << 20
+#: application_name of the server's LISTEN session (open only while a long poll waits).
+LISTEN_NAME = "pgqueue-http-listen"
 Handler = Callable[[Request], Awaitable[Any]]
 _OPTIONS = ("queue", "priority", "run_at", "delay", "max_attempts", "dedup_key", "serial_key",
             "tags", "meta", "depends_on")  # fmt: skip
@@ -109,7 +112,7 @@ class Api:
         self.max_wait = max_wait
         self.schema = app.schema
         self.lease_body = schemas.lease_body(max_wait)
-        self.waiters = Waiters(app)
+        self.waiters = Waiters(self._listen)
         self.roles: dict[Kind, str | None] = {}
         self.role_apps: dict[Kind, App] = {}
         self._database: Database | None = None
@@ -158,6 +161,11 @@ class Api:
                     )
             self._database = database
             self._ready = True
+
+    def _listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[tuple[bool, str]]]:
+        """A LISTEN session of this server's database (for the waiters)."""
+        assert self._database is not None
+        return self._database.listening_async(application_name=LISTEN_NAME, **KEEPALIVE)
 
     def stop_waiting(self) -> None:
         """End every held long poll now with the jobs it has (none), and let
