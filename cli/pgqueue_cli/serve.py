@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 import pgqueue
+from pgqueue_cli import parsing
 from pgqueue_cli.asgi import serve as asgi_serve
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import fail
@@ -55,6 +56,25 @@ def serve(
         ),
     ] = 2.0,
     pool_size: Annotated[int, typer.Option(help="Database connections of the pool.", min=1)] = 10,
+    reaper: Annotated[
+        bool,
+        typer.Option(
+            "--reaper/--no-reaper",
+            help="Reclaim the jobs of workers whose lease expired, as workers do "
+            "(a fleet of HTTP workers only needs it).",
+        ),
+    ] = True,
+    maintenance: Annotated[
+        bool,
+        typer.Option(
+            "--maintenance/--no-maintenance",
+            help="Take part in the fleet's maintenance (one process at a time applies "
+            "`pgqueue retention`).",
+        ),
+    ] = True,
+    reap_interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between reaper runs, e.g. 5s.")
+    ] = "5s",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the HTTP API: enqueue, lease, ack, fail, nack, extend, inspect.
@@ -75,6 +95,9 @@ def serve(
         from pgqueue.http import Tokens, create_api
     except ImportError:
         fail("pgqueue serve needs its extra: pip install 'pgqueue[http]'")
+    reap_seconds = parsing.duration("--reap-interval", reap_interval).total_seconds()
+    if reap_seconds <= 0:
+        fail("--reap-interval must be longer than 0s")
     parsed = Tokens.from_file(tokens)
     if not len(parsed):
         fail(f"{tokens}: no tokens (lines 'KIND TOKEN_SHA256')")
@@ -96,6 +119,9 @@ def serve(
         pool_max_size=pool_size,
         max_wait=max_wait,
         poll_interval=poll_interval,
+        reaper=reaper,
+        maintenance=maintenance,
+        reap_interval=reap_seconds,
     )
     from pgqueue.logs import configure_logging
 

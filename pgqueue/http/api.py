@@ -46,6 +46,7 @@ from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
 from pgqueue.http.schemas import ApiError
 from pgqueue.http.tokens import RANK, Tokens
+from pgqueue.http.upkeep import Upkeep
 from pgqueue.jsonable import job_jsonable, to_jsonable
 from pgqueue.ops import Op, worker_api
 from pgqueue.worker.listener import KEEPALIVE
@@ -102,8 +103,10 @@ class Api:
         pool_max_size: int,
         poll_interval: float,
         max_wait: float,
+        upkeep: Upkeep,
     ) -> None:
         self.app = app
+        self.upkeep = upkeep
         self.tokens = tokens
         self.given_roles = roles
         self.max_body_bytes = max_body_bytes
@@ -160,12 +163,15 @@ class Api:
                         pooler=self.app.pooler,
                     )
             self._database = database
+            self.upkeep.start(database, self.app.op_context)
             self._ready = True
 
     def _listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[tuple[bool, str]]]:
         """A LISTEN session of this server's database (for the waiters)."""
         assert self._database is not None
-        return self._database.listening_async(application_name=LISTEN_NAME, **KEEPALIVE)
+        return self._database.listening_async(
+            announcements=False, application_name=LISTEN_NAME, **KEEPALIVE
+        )
 
     def stop_waiting(self) -> None:
         """End every held long poll now with the jobs it has (none), and let
@@ -177,6 +183,7 @@ class Api:
         self.waiters.wake_all()
 
     async def close(self) -> None:
+        await self.upkeep.stop()
         await self.waiters.close()
         for role_app in self.role_apps.values():
             await role_app.close_async()
@@ -555,6 +562,9 @@ def create_api(
     pool_max_size: int = 10,
     poll_interval: float = 2.0,
     max_wait: float = 20.0,
+    reaper: bool = True,
+    maintenance: bool = True,
+    reap_interval: float = 5.0,
 ) -> Starlette:
     """The HTTP API of ``app`` as an ASGI app (serve it, or mount it).
 
@@ -562,6 +572,10 @@ def create_api(
     TOKEN_SHA256`` lines), or (kind, sha256) pairs. ``*_role``: the database
     role each kind runs as (default: the one ``pgqueue grant`` recorded).
     ``max_wait``: the longest long-poll a lease may ask for (seconds).
+    ``reaper`` / ``maintenance``: take part in the fleet's upkeep as a
+    worker does (reclaim expired leases every ``reap_interval`` seconds;
+    the maintenance election), so that a fleet of HTTP workers only is
+    whole (:mod:`pgqueue.http.upkeep`).
     ``poll_interval``: how often a long-polling lease looks again without a
     notification (jobs that become due later send none). A host that serves
     it calls ``web.state.api.stop_waiting()`` when it starts shutting down,
@@ -578,6 +592,7 @@ def create_api(
         pool_max_size=pool_max_size,
         poll_interval=poll_interval,
         max_wait=max_wait,
+        upkeep=Upkeep(reaper=reaper, maintenance=maintenance, reap_interval=reap_interval),
     )
 
     async def http_error(request: Request, exc: Exception) -> Response:
