@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -41,6 +43,11 @@ class Server:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, limits=limits)
 
 
+def _limit_files(count: int) -> None:
+    """In the child: at most ``count`` open file descriptors (``ulimit -n``)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+
+
 def write_tokens(path: Path) -> dict[str, str]:
     tokens = {kind: f"{kind}-{uuid.uuid4().hex}" for kind in KINDS}
     tokens["worker-b"] = f"worker-b-{uuid.uuid4().hex}"  # a second worker's token
@@ -54,9 +61,17 @@ def write_tokens(path: Path) -> dict[str, str]:
 
 
 def start_server(
-    dsn: str, tmp_path: Path, roles: Roles, *extra: str, grant: bool = True
+    dsn: str,
+    tmp_path: Path,
+    roles: Roles,
+    *extra: str,
+    grant: bool = True,
+    open_files: int | None = None,
+    upkeep: bool = False,
 ) -> Iterator[Server]:
-    """Grant a role per kind, start ``pgqueue serve`` and wait until it answers."""
+    """Grant a role per kind, start ``pgqueue serve`` and wait until it answers.
+    Without ``upkeep`` the server neither reaps nor maintains: tests that
+    compare the database before and after a request want no other writer."""
     granted = (
         {kind: roles.create(dsn, f"pgq_http_{kind[:4]}", kind=kind).name for kind in KINDS}
         if grant
@@ -69,8 +84,10 @@ def start_server(
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "pgqueue_cli", "serve", "--tokens", str(tmp_path / "tokens"),
-             "--port", str(port), "--log-level", "warning", *extra],
+             "--port", str(port), "--log-level", "warning",
+             *(() if upkeep else ("--no-reaper", "--no-maintenance")), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=None if open_files is None else partial(_limit_files, open_files),
         )  # fmt: skip
     server = Server(f"http://127.0.0.1:{port}", tokens, granted, process, log)
     try:

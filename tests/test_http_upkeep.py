@@ -45,7 +45,7 @@ def rows(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def reaping_server(db_dsn: str, tmp_path: Path, roles: Roles) -> Iterator[Server]:  # noqa: F811
-    yield from start_server(db_dsn, tmp_path, roles, "--reap-interval", "0.5s")
+    yield from start_server(db_dsn, tmp_path, roles, "--reap-interval", "0.5s", upkeep=True)
 
 
 def test_only_http_workers_a_killed_ones_job_is_reclaimed_and_finished(
@@ -97,7 +97,8 @@ def test_only_http_workers_a_killed_ones_job_is_reclaimed_and_finished(
 @pytest.fixture
 def lazy_server(db_dsn: str, tmp_path: Path, roles: Roles) -> Iterator[Server]:  # noqa: F811
     yield from start_server(
-        db_dsn, tmp_path, roles, "--no-reaper", "--no-maintenance", "--reap-interval", "0.5s"
+        db_dsn, tmp_path, roles, "--no-reaper", "--no-maintenance", "--reap-interval", "0.5s",
+        upkeep=True,
     )
 
 

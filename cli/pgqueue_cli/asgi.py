@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,10 @@ def serve(
     log_level: str,
     banner: str,
     on_shutdown: Callable[[], None] | None = None,
+    http_protocol: Callable[[type[Any]], type[Any]] | None = None,
+    keep_alive_timeout: float = 5.0,
+    log_filter: logging.Filter | None = None,
+    backlog: int = 2048,
 ) -> None:
     """Run ``asgi`` with uvicorn until stopped, after printing ``banner``
     (``{url}`` stands for its address) on stderr; close ``application`` after.
@@ -30,8 +35,11 @@ def serve(
     ``on_shutdown`` runs on the server's event loop as soon as it is asked to
     stop (SIGTERM, Ctrl-C), before it waits for the requests in flight: what
     waits with no end of its own (a long poll) ends there, or uvicorn
-    cancels it after ``GRACEFUL_SHUTDOWN`` seconds."""
+    cancels it after ``GRACEFUL_SHUTDOWN`` seconds. ``http_protocol`` wraps
+    uvicorn's HTTP protocol class (connection limits); ``log_filter`` is
+    put on the loggers that report failing accepts."""
     import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     class Server(uvicorn.Server):
         async def shutdown(self, *args: Any, **kwargs: Any) -> None:
@@ -48,7 +56,13 @@ def serve(
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,
+        timeout_keep_alive=keep_alive_timeout,  # type: ignore[arg-type]
+        backlog=backlog,
+        http=http_protocol(AutoHTTPProtocol) if http_protocol is not None else "auto",
     )
+    if log_filter is not None:
+        for name in ("asyncio", "uvicorn.error"):
+            logging.getLogger(name).addFilter(log_filter)
     server = Server(config)
     try:
         server.run()

@@ -75,6 +75,59 @@ def serve(
     reap_interval: Annotated[
         str, typer.Option(metavar="DURATION", help="Time between reaper runs, e.g. 5s.")
     ] = "5s",
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            help="Open connections at most; past it a new one evicts the oldest idle one "
+            "[default: 1000, or less to fit the open-file limit].",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="A connection must finish a request's headers within this, else it is closed.",
+        ),
+    ] = "10s",
+    keep_alive_timeout: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="Close a keep-alive connection idle this long."),
+    ] = "5s",
+    read_timeout: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="A request's body must arrive within this (408)."),
+    ] = "30s",
+    max_requests: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests served at once; past it: 503 busy [default: 1000].",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
+    max_long_polls: Annotated[
+        int | None,
+        typer.Option(
+            help="Long polls waiting at once; past it: 503 busy [default: 500].",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
+    max_long_polls_per_token: Annotated[
+        int | None,
+        typer.Option(help="Long polls one token may hold at once; past it: 429.", min=1),
+    ] = None,
+    rate_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rate-limit",
+            metavar="KIND=COUNT/PERIOD",
+            help="Per-token request rate for one kind of request (enqueue, lease, complete, "
+            "read, admin), e.g. enqueue=100/1s; repeatable; past it: 429.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Serve the HTTP API: enqueue, lease, ack, fail, nack, extend, inspect.
@@ -89,15 +142,40 @@ def serve(
 
       pgqueue serve --host 0.0.0.0 --port 9000 --tokens tokens --worker-role http_worker
     """
+    reap_seconds = _positive("--reap-interval", reap_interval)
+    headers_within = _positive("--header-timeout", header_timeout)
+    idle_within = _positive("--keep-alive-timeout", keep_alive_timeout)
+    body_within = _positive("--read-timeout", read_timeout)
+    rates: dict[str, str] = {}
+    for given in rate_limit or []:
+        name, sep, rate = given.partition("=")
+        if not sep:
+            fail(f"--rate-limit {given!r}: use KIND=COUNT/PERIOD, e.g. enqueue=100/1s")
+        rates[name.strip()] = rate.strip()
     try:
         import uvicorn  # noqa: F401 (present: asgi.serve runs it)
 
-        from pgqueue.http import Tokens, create_api
+        from pgqueue.http import Limits, Tokens, create_api, parse_rates
+        from pgqueue.http.guard import (
+            ACCEPT_BURST,
+            AcceptLogLimit,
+            ConnectionGuard,
+            default_max_connections,
+            guarded_protocol,
+        )
+        from pgqueue.http.limits import DEFAULT_MAX_LONG_POLLS, DEFAULT_MAX_REQUESTS
     except ImportError:
         fail("pgqueue serve needs its extra: pip install 'pgqueue[http]'")
-    reap_seconds = parsing.duration("--reap-interval", reap_interval).total_seconds()
-    if reap_seconds <= 0:
-        fail("--reap-interval must be longer than 0s")
+    limits = Limits(
+        max_requests=max_requests or DEFAULT_MAX_REQUESTS,
+        max_long_polls=max_long_polls or DEFAULT_MAX_LONG_POLLS,
+        max_long_polls_per_token=max_long_polls_per_token,
+        rates=parse_rates(rates),
+    )
+    guard = ConnectionGuard(
+        max_connections=max_connections or default_max_connections(),
+        header_timeout=headers_within,
+    )
     parsed = Tokens.from_file(tokens)
     if not len(parsed):
         fail(f"{tokens}: no tokens (lines 'KIND TOKEN_SHA256')")
@@ -122,6 +200,8 @@ def serve(
         reaper=reaper,
         maintenance=maintenance,
         reap_interval=reap_seconds,
+        limits=limits,
+        read_timeout=body_within,
     )
     from pgqueue.logs import configure_logging
 
@@ -136,4 +216,15 @@ def serve(
         banner=f"pgqueue HTTP API on {{url}}/v1/ (tokens: {kinds})",
         # Held long polls answer {"jobs": []} at once; other requests finish.
         on_shutdown=asgi.state.api.stop_waiting,
+        http_protocol=lambda base: guarded_protocol(base, guard),
+        keep_alive_timeout=idle_within,
+        log_filter=AcceptLogLimit(),
+        backlog=ACCEPT_BURST,
     )
+
+
+def _positive(option: str, text: str) -> float:
+    seconds = parsing.duration(option, text).total_seconds()
+    if seconds <= 0:
+        fail(f"{option} must be longer than 0s")
+    return seconds

@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("the pgqueue HTTP API needs its extra: pip install 'pgqueue[http]'") from exc
 
 from pgqueue.http.api import create_api
+from pgqueue.http.limits import Limits, parse_rates
 from pgqueue.http.tokens import Tokens, hash_token
 
-__all__ = ["Tokens", "create_api", "hash_token"]
+__all__ = ["Limits", "Tokens", "create_api", "hash_token", "parse_rates"]

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import pgqueue
+from pgqueue import validation
 from pgqueue.database import Database
 from pgqueue.errors import (
     ConnectionFailed,
@@ -41,6 +42,7 @@ from pgqueue.errors import (
 )
 from pgqueue.grants import Kind
 from pgqueue.http import schemas
+from pgqueue.http.limits import Category, Limits, retry_after
 from pgqueue.http.listener import Waiters
 from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
@@ -104,9 +106,13 @@ class Api:
         poll_interval: float,
         max_wait: float,
         upkeep: Upkeep,
+        limits: Limits,
+        read_timeout: float,
     ) -> None:
         self.app = app
         self.upkeep = upkeep
+        self.limits = limits
+        self.read_timeout = read_timeout
         self.tokens = tokens
         self.given_roles = roles
         self.max_body_bytes = max_body_bytes
@@ -208,17 +214,22 @@ class Api:
 
     # --- requests -----------------------------------------------------------------
 
-    def authenticate(self, request: Request, needed: Kind) -> Kind:
-        """The token's kind; 401 without a known token, 403 below ``needed``."""
+    def authenticate(self, request: Request, needed: Kind, category: Category) -> Kind:
+        """The token's kind; 401 without a known token, 403 below ``needed``,
+        429 past the token's rate for ``category``. The token's identity is
+        left in ``request.state.token`` (for its long-poll cap)."""
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-        kind = self.tokens.kind_of(token)
-        if kind is None:
+        found = self.tokens.identify(token)
+        if found is None:
             raise ApiError(401, "unauthorized", "unknown token")
+        kind, identity = found
         if RANK[kind] < RANK[needed]:
             raise ApiError(403, "forbidden", f"a {kind} token may not do this (needs {needed})")
+        self.limits.charge(identity, category)
+        request.state.token = identity
         return kind
 
     async def body(self, request: Request, *, empty_ok: bool = False) -> Any:
@@ -228,11 +239,17 @@ class Api:
             raise _too_large(self.max_body_bytes)
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _too_large(self.max_body_bytes)
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.read_timeout):  # a slow body holds no slot for long
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise _too_large(self.max_body_bytes)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise ApiError(
+                408, "timeout", f"the body did not arrive within {self.read_timeout:g}s"
+            ) from None
         data = b"".join(chunks)
         if not data.strip():
             if empty_ok:
@@ -254,8 +271,11 @@ def _too_large(limit: int) -> ApiError:
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    headers = {"www-authenticate": "Bearer"} if error.status == 401 else None
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+    headers = {"www-authenticate": "Bearer"} if error.status == 401 else {}
+    wait = retry_after(error)
+    if wait is not None:
+        headers["retry-after"] = wait
+    return JSONResponse(error.body(), status_code=error.status, headers=headers or None)
 
 
 def translate(exc: BaseException) -> ApiError | None:
@@ -297,10 +317,11 @@ def endpoint(api: Api, handler: Callable[[Api, Request], Awaitable[Any]]) -> Han
 
     async def run(request: Request) -> Response:
         try:
-            for name in request.query_params:
-                if name not in allowed:
-                    raise schemas.invalid(name or "?", "unknown query parameter")
-            result = await handler(api, request)
+            with api.limits.request():
+                for name in request.query_params:
+                    if name not in allowed:
+                        raise schemas.invalid(name or "?", "unknown query parameter")
+                result = await handler(api, request)
         except Exception as exc:
             error = translate(exc)
             if error is None:
@@ -323,7 +344,7 @@ def _enqueued(body: dict[str, Any], created: bool) -> JSONResponse:
 
 
 async def enqueue(api: Api, request: Request) -> JSONResponse:
-    kind = api.authenticate(request, "producer")
+    kind = api.authenticate(request, "producer", "enqueue")
     job = schemas.ENQUEUE.parse(await api.body(request))
     async with api.transaction(kind) as tx:
         done = await api.app.enqueue_async(
@@ -333,7 +354,7 @@ async def enqueue(api: Api, request: Request) -> JSONResponse:
 
 
 async def enqueue_batch(api: Api, request: Request) -> JSONResponse:
-    kind = api.authenticate(request, "producer")
+    kind = api.authenticate(request, "producer", "enqueue")
     jobs = schemas.ENQUEUE_BATCH.parse(await api.body(request))["jobs"]
     specs = [pgqueue.JobSpec(job["task"], job["payload"], **enqueue_options(job)) for job in jobs]
     if not specs:
@@ -345,7 +366,7 @@ async def enqueue_batch(api: Api, request: Request) -> JSONResponse:
 
 
 async def get_job(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "producer")
+    kind = api.authenticate(request, "producer", "read")
     job_id = schemas.job_id(request.path_params["id"])
     history = request.query_params.get("history", "false").lower()
     if history not in ("true", "false", "1", "0"):
@@ -358,7 +379,7 @@ async def get_job(api: Api, request: Request) -> dict[str, Any]:
 
 async def cancel(api: Api, request: Request) -> dict[str, Any]:
     # Producers may ask; their role decides (the default grant does not allow it).
-    kind = api.authenticate(request, "producer")
+    kind = api.authenticate(request, "producer", "admin")
     job_id = schemas.job_id(request.path_params["id"])
     await api.start()
     status = await api.app_for(kind).cancel_async(job_id)
@@ -366,7 +387,7 @@ async def cancel(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def requeue(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "admin")
+    kind = api.authenticate(request, "admin", "admin")
     job_id = schemas.job_id(request.path_params["id"])
     await api.start()
     await api.app_for(kind).requeue_dead_async(job_id)
@@ -374,7 +395,7 @@ async def requeue(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def metrics(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "producer")
+    kind = api.authenticate(request, "producer", "read")
     queue = schemas.queue_name(request.path_params["queue"])
     await api.start()
     found: dict[str, pgqueue.QueueMetrics] | None = None
@@ -392,7 +413,7 @@ async def metrics(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def lease(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "lease")
     queue = schemas.queue_name(request.path_params["queue"])
     body = api.lease_body.parse(await api.body(request, empty_ok=True))
     client = request.client.host if request.client else "unknown"
@@ -402,24 +423,29 @@ async def lease(api: Api, request: Request) -> dict[str, Any]:
     await api.start()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    event = api.waiters.register(queue) if wait > 0 else None
-    try:
-        while True:
+    # A long poll holds a slot (globally and of its token) while it waits.
+    polling = api.limits.long_poll(request.state.token) if wait > 0 else contextlib.nullcontext()
+    with polling:
+        event = api.waiters.register(queue) if wait > 0 else None
+        try:
+            while True:
+                if event is not None:
+                    event.clear()  # a notification from now on wakes the wait below
+                jobs = await _lease_once(
+                    api, kind, queue, worker_id, count, body["lease_seconds"]
+                )
+                left = deadline - loop.time()
+                if jobs or left <= 0 or event is None or api.stopping:
+                    break
+                if await request.is_disconnected():
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(left, api.poll_interval))
+                if api.stopping:  # woken by the shutdown: answer now, lease nothing more
+                    break
+        finally:
             if event is not None:
-                event.clear()  # a notification from now on wakes the wait below
-            jobs = await _lease_once(api, kind, queue, worker_id, count, body["lease_seconds"])
-            left = deadline - loop.time()
-            if jobs or left <= 0 or event is None or api.stopping:
-                break
-            if await request.is_disconnected():
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(left, api.poll_interval))
-            if api.stopping:  # woken by the shutdown: answer now, lease nothing more
-                break
-    finally:
-        if event is not None:
-            api.waiters.unregister(queue, event)
+                api.waiters.unregister(queue, event)
     if len(jobs) == count:
         api.waiters.wake(queue)  # a full batch: there may be more for the next waiter
     return {"jobs": jobs}
@@ -465,7 +491,7 @@ def _result(api: Api, value: Any, field: str) -> str | None:
 
 
 async def ack(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.ACK.parse(await api.body(request))
     result = _result(api, body["result"], "result")
@@ -476,7 +502,7 @@ async def ack(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def fail(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.FAIL.parse(await api.body(request))
     error = body["error"].replace("\x00", "\ufffd")  # text columns hold no NUL
@@ -491,7 +517,7 @@ async def fail(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def nack(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.NACK.parse(await api.body(request))
     async with api.transaction(kind) as tx:
@@ -501,7 +527,7 @@ async def nack(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def extend(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.EXTEND.parse(await api.body(request))
     async with api.transaction(kind) as tx:
@@ -517,7 +543,7 @@ async def extend(api: Api, request: Request) -> dict[str, Any]:
 
 
 async def ack_many(api: Api, request: Request) -> dict[str, Any]:
-    kind = api.authenticate(request, "worker")
+    kind = api.authenticate(request, "worker", "complete")
     acks = schemas.ACK_MANY.parse(await api.body(request))["acks"]
     job_ids = [a["job_id"] for a in acks]
     attempt_ids = [a["attempt_id"] for a in acks]
@@ -565,6 +591,8 @@ def create_api(
     reaper: bool = True,
     maintenance: bool = True,
     reap_interval: float = 5.0,
+    limits: Limits | None = None,
+    read_timeout: float = 30.0,
 ) -> Starlette:
     """The HTTP API of ``app`` as an ASGI app (serve it, or mount it).
 
@@ -575,7 +603,10 @@ def create_api(
     ``reaper`` / ``maintenance``: take part in the fleet's upkeep as a
     worker does (reclaim expired leases every ``reap_interval`` seconds;
     the maintenance election), so that a fleet of HTTP workers only is
-    whole (:mod:`pgqueue.http.upkeep`).
+    whole (:mod:`pgqueue.http.upkeep`). ``limits``: requests and long polls
+    in flight, per-token rates (:class:`pgqueue.http.Limits`; default: 1,000
+    requests, 500 long polls, no per-token limit). ``read_timeout``: seconds
+    a request's body may take to arrive (408 after).
     ``poll_interval``: how often a long-polling lease looks again without a
     notification (jobs that become due later send none). A host that serves
     it calls ``web.state.api.stop_waiting()`` when it starts shutting down,
@@ -593,6 +624,8 @@ def create_api(
         poll_interval=poll_interval,
         max_wait=max_wait,
         upkeep=Upkeep(reaper=reaper, maintenance=maintenance, reap_interval=reap_interval),
+        limits=limits or Limits(),
+        read_timeout=validation.seconds("read_timeout", read_timeout, allow_zero=False),
     )
 
     async def http_error(request: Request, exc: Exception) -> Response:

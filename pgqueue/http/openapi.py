@@ -168,9 +168,13 @@ _ERRORS = {
     "403": "The token's kind (or its database role) may not do this",
     "404": "Unknown job",
     "409": "Stale lease (lease_lost) or the job's state does not allow it (invalid_state)",
+    "408": "The body did not arrive in time (timeout)",
     "413": "Body too large",
     "422": "A field is invalid (named in field and message)",
-    "503": "The database is unavailable; retry",
+    "429": "This token is past its request rate or long-poll cap (rate_limited); "
+    "retry after Retry-After seconds",
+    "503": "The database is unavailable (unavailable), or the server is at its request or "
+    "long-poll cap (busy); retry after Retry-After seconds when given",
 }
 
 

@@ -83,11 +83,17 @@ class Tokens:
 
     def kind_of(self, token: str) -> Kind | None:
         """The kind of ``token``, or None when no stored hash matches."""
+        found = self.identify(token)
+        return None if found is None else found[0]
+
+    def identify(self, token: str) -> tuple[Kind, int] | None:
+        """The kind of ``token`` and the number of its line (its identity
+        for per-token limits), or None when no stored hash matches."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        found: Kind | None = None
-        for kind, stored in self._pairs:  # no early exit: constant time in the match
+        found: tuple[Kind, int] | None = None
+        for number, (kind, stored) in enumerate(self._pairs):  # no early exit: constant time
             if hmac.compare_digest(digest, stored) and found is None:
-                found = kind
+                found = (kind, number)
         return found
 
 
