@@ -68,6 +68,8 @@ def start_server(
     grant: bool = True,
     open_files: int | None = None,
     upkeep: bool = False,
+    port: int | None = None,
+    tokens: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """Grant a role per kind, start ``pgqueue serve`` and wait until it answers.
     Without ``upkeep`` the server neither reaps nor maintains: tests that
@@ -77,8 +79,9 @@ def start_server(
         if grant
         else {}
     )
-    tokens = write_tokens(tmp_path / "tokens")
-    port = free_port()
+    if tokens is None:
+        tokens = write_tokens(tmp_path / "tokens")
+    port = port or free_port()
     log = tmp_path / "serve.log"
     env = {**os.environ, "PGQUEUE_DSN": dsn}
     with log.open("wb") as out:

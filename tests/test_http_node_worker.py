@@ -9,14 +9,16 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import pgqueue
+from tests.fixtures.cluster import free_port
 from tests.fixtures.postgres import is_ci
-from tests.http_support import Server, start_server
+from tests.http_support import Server, start_server, write_tokens
 from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
 WORKER = Path(__file__).resolve().parents[1] / "examples" / "http_worker" / "worker.mjs"
@@ -27,12 +29,17 @@ def server(db_dsn: str, tmp_path: Path, roles: Roles) -> Iterator[Server]:  # no
     yield from start_server(db_dsn, tmp_path, roles)
 
 
-def test_a_node_worker_drains_jobs_over_http(server: Server, app: pgqueue.App) -> None:
+def node_binary() -> str:
     node = shutil.which("node")
     if node is None:
         if is_ci(os.environ):
             pytest.fail("node is not installed: the HTTP worker example cannot run")
         pytest.skip("node is not installed")
+    return node
+
+
+def test_a_node_worker_drains_jobs_over_http(server: Server, app: pgqueue.App) -> None:
+    node = node_binary()
     added = [app.enqueue("add", {"a": n, "b": 10}, queue="node").job_id for n in range(25)]
     upper = app.enqueue("upper", {"text": "hi"}, queue="node").job_id
     failing = app.enqueue("fail", queue="node", max_attempts=1).job_id
@@ -57,3 +64,32 @@ def test_a_node_worker_drains_jobs_over_http(server: Server, app: pgqueue.App) -
     assert "always fails" in (app.get_job(failing).last_error or "")
     assert app.get_job(unknown).status == "dead"
     assert app.get_job(elsewhere).status == "queued"
+
+
+def test_the_node_worker_retries_a_server_that_is_not_up_yet(
+    db_dsn: str, tmp_path: Path, roles: Roles, app: pgqueue.App  # noqa: F811
+) -> None:
+    """#44: the example retries "connection refused" with backoff, as it
+    would through a restart of the server."""
+    node = node_binary()
+    jobs = [app.enqueue("add", {"a": n, "b": 1}, queue="node").job_id for n in range(5)]
+    port = free_port()
+    tokens = write_tokens(tmp_path / "tokens")  # the token the server will accept
+    env = {**os.environ, "PGQUEUE_URL": f"http://127.0.0.1:{port}",
+           "PGQUEUE_TOKEN": tokens["worker"], "PGQUEUE_EXIT_IDLE": "1",
+           "PGQUEUE_RETRY_FOR": "60"}  # fmt: skip
+    worker = subprocess.Popen(
+        [node, str(WORKER), "node"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # it has been refused a few times by now
+        assert worker.poll() is None
+        for _server in start_server(db_dsn, tmp_path, roles, port=port, tokens=tokens):
+            out, err = worker.communicate(timeout=120)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, err
+    assert "ECONNREFUSED" in err
+    assert json.loads(out.strip().splitlines()[-1])["acked"] == 5
+    assert [app.get_job(j).status for j in jobs] == ["succeeded"] * 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ def serve(
     keep_alive_timeout: float = 5.0,
     log_filter: logging.Filter | None = None,
     backlog: int = 2048,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Run ``asgi`` with uvicorn until stopped, after printing ``banner``
     (``{url}`` stands for its address) on stderr; close ``application`` after.
@@ -37,7 +39,8 @@ def serve(
     waits with no end of its own (a long poll) ends there, or uvicorn
     cancels it after ``GRACEFUL_SHUTDOWN`` seconds. ``http_protocol`` wraps
     uvicorn's HTTP protocol class (connection limits); ``log_filter`` is
-    put on the loggers that report failing accepts."""
+    put on the loggers that report failing accepts. ``sockets``: listen on
+    these (systemd socket activation) instead of binding ``host:port``."""
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -47,6 +50,8 @@ def serve(
                 on_shutdown()
             await super().shutdown(*args, **kwargs)
 
+    if sockets:
+        host, port = sockets[0].getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     typer.echo(banner.format(url=f"http://{shown}:{port}"), err=True)
     config = uvicorn.Config(
@@ -65,7 +70,7 @@ def serve(
             logging.getLogger(name).addFilter(log_filter)
     server = Server(config)
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped, as uvicorn.run does
         pass
     finally:

@@ -6,6 +6,8 @@ Starlette and uvicorn are imported only when this command runs.
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +18,9 @@ from pgqueue_cli import parsing
 from pgqueue_cli.asgi import serve as asgi_serve
 from pgqueue_cli.context import state
 from pgqueue_cli.errors import fail
+
+#: The first descriptor systemd passes (sd_listen_fds(3)).
+SD_LISTEN_FDS_START = 3
 
 
 def serve(
@@ -217,10 +222,25 @@ def serve(
         # Held long polls answer {"jobs": []} at once; other requests finish.
         on_shutdown=asgi.state.api.stop_waiting,
         http_protocol=lambda base: guarded_protocol(base, guard),
+        sockets=systemd_sockets(),
         keep_alive_timeout=idle_within,
         log_filter=AcceptLogLimit(),
         backlog=ACCEPT_BURST,
     )
+
+
+def systemd_sockets() -> list[socket.socket] | None:
+    """The listening sockets systemd passed (socket activation: ``LISTEN_FDS``
+    for this process), else None. systemd keeps the socket open across a
+    restart, so connections wait in its backlog instead of being refused."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    count = int(os.environ.get("LISTEN_FDS", "0") or 0)
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # not for child processes
+    if count < 1:
+        return None
+    return [socket.socket(fileno=SD_LISTEN_FDS_START + n) for n in range(count)]
 
 
 def _positive(option: str, text: str) -> float:

@@ -19,18 +19,42 @@ const handlers = {
   },
 };
 
+const retryFor = Number(process.env.PGQUEUE_RETRY_FOR ?? "Infinity") * 1000;
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// What a restart or an overload looks like (connection refused or reset, 503
+// busy or unavailable, 429 rate_limited) is retried with jittered exponential
+// backoff (0.1 s doubling to 5 s), honouring Retry-After; PGQUEUE_RETRY_FOR
+// seconds bounds it. A retried ack that had committed answers lease_lost.
 async function call(path, body) {
-  const response = await fetch(`${base}${path}`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  const answer = await response.json();
-  if (!response.ok) {
-    // 409 lease_lost: the lease expired and someone else holds the job; drop it.
-    throw Object.assign(new Error(`${path}: ${answer.error}: ${answer.message}`), { answer });
+  const started = Date.now();
+  for (let attempt = 0; ; attempt++) {
+    let response;
+    try {
+      response = await fetch(`${base}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    } catch (err) {
+      if (Date.now() - started > retryFor) throw err;
+      const ms = Math.min(5000, 100 * 2 ** attempt) * (0.5 + Math.random() / 2);
+      console.error(`${path}: ${err.cause?.code ?? err.message}; retrying in ${Math.round(ms)} ms`);
+      await sleep(ms);
+      continue;
+    }
+    const answer = await response.json();
+    if ((response.status === 503 || response.status === 429) && Date.now() - started < retryFor) {
+      const after = Number(response.headers.get("retry-after"));
+      await sleep(after > 0 ? after * 1000 : Math.min(5000, 100 * 2 ** attempt));
+      continue;
+    }
+    if (!response.ok) {
+      // 409 lease_lost: the lease expired and someone else holds the job; drop it.
+      throw Object.assign(new Error(`${path}: ${answer.error}: ${answer.message}`), { answer });
+    }
+    return answer;
   }
-  return answer;
 }
 
 let done = 0;
