@@ -45,6 +45,13 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("lease_ack_http", "HTTP lease+ack batch/s", True),
         ("enqueue_python", "Python enqueue/s", True),
         ("lease_ack_python", "Python lease+ack_many/s", True),
+        ("enqueue_http_server_cpu_us", "server CPU us/enqueue", False),
+        ("lease_ack_http_1_server_cpu_us", "server CPU us/lease+ack", False),
+        ("idle_server_cpu_us_per_enqueue", "idle server CPU us/other enqueue", False),
+        ("listening_server_cpu_us_per_enqueue", "... with a long poll", False),
+        ("neighbour_p99_ms_alone", "client p99 ms alone", False),
+        ("neighbour_p99_ms_heavy", "... heavy neighbours", False),
+        ("neighbour_p99_ms_limited", "... neighbours rate-limited", False),
     ],
     "workflows": [
         ("enqueue_ratio", "fan-in enqueue/plain time", False),

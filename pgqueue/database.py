@@ -8,11 +8,12 @@ gets :mod:`pgqueue.errors` (``tests/unit/test_layers.py`` holds it). A part
 that needs a connection of its own gets it from a :class:`Database` too and
 runs named statements on it through the driver:
 
-- the HTTP API (``pgqueue serve``) has a Database of its own: each request
-  runs in a transaction of :meth:`Database.transaction_async` as the
-  caller's database role (``SET LOCAL ROLE``), driving the SQL worker API's
-  operations (:mod:`pgqueue.ops.worker_api`) so that the database checks
-  each role's privileges;
+- the HTTP API (``pgqueue serve``) has a Database per kind of token, whose
+  sessions start as that kind's database role: each request runs on one of
+  its connections (:meth:`Database.connection_async`, a statement that
+  commits on its own, or :meth:`Database.transaction_async`), driving the
+  SQL worker API's operations (:mod:`pgqueue.ops.worker_api`) so that the
+  database checks each role's privileges;
 - :mod:`pgqueue.subscribe`: the App's one LISTEN connection for
   ``app.subscribe()``, held by a thread of its own across event loops
   (:meth:`Database.listen`, :meth:`Database.notifications`);
@@ -58,7 +59,6 @@ from pgqueue.driver_sync import (
     schema_revision,
 )
 from pgqueue.errors import ConnectionFailed, DatabaseError, PoolExhausted, SchemaNotMigrated
-from pgqueue.ops import roles
 from pgqueue.queries import Queries, channel_for
 from pgqueue.version import SCHEMA_REVISION
 
@@ -297,15 +297,13 @@ class Database(Driver, AsyncDriver):
         except psycopg.Error as exc:
             raise self.translate(exc) from None
 
-    # --- a transaction as a role (async only: the HTTP API) ---------------------
+    # --- a connection or a transaction to hold (async only: the HTTP API) --------
 
     @asynccontextmanager
-    async def transaction_async(
-        self, role: str | None = None
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in a transaction, run as ``role`` (``SET LOCAL
-        ROLE``) when one is given; hand it to :meth:`run_async`. It commits
-        when the block ends, and rolls back on an error. Errors come translated."""
+    async def connection_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection to hand to :meth:`run_async` (autocommit: each
+        statement commits on its own). Errors come translated; a connection
+        that broke is closed rather than pooled again."""
         pool = await self.pool_async()
         try:
             conn = await pool.getconn()
@@ -313,11 +311,8 @@ class Database(Driver, AsyncDriver):
             raise self.diagnose(exc, await self._probe_async()) from None
         try:
             try:
-                async with conn.transaction():
-                    if role is not None:
-                        await self.run_async(roles.set_local_role(role), conn)
-                    yield conn
-            except psycopg.Error as exc:  # the commit, or the transaction's own statements
+                yield conn
+            except psycopg.Error as exc:  # a commit, or the block's own statements
                 raise self.translate(exc) from None
         except DatabaseError as exc:
             if is_stale_session(exc):
@@ -325,6 +320,13 @@ class Database(Driver, AsyncDriver):
             raise
         finally:
             await pool.putconn(conn)
+
+    @asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in a transaction: it commits when the block
+        ends, and rolls back on an error. Errors come translated."""
+        async with self.connection_async() as conn, conn.transaction():
+            yield conn
 
     # --- LISTEN (async only: the worker's listener and subscriptions) ------------
 

@@ -144,7 +144,6 @@ QueryName = Literal[
     "doctor_backend",
     "doctor_archive_backlog",
     # sql/queries/roles.sql (pgqueue.grants, pgqueue.http)
-    "role_set_local",
     "role_current_user",
     "role_membership",
     "role_grants_present",

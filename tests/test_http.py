@@ -172,7 +172,7 @@ def test_requests_run_as_the_granted_role_of_their_kind(server: Server, app: pgq
     assert lease["job_id"] == new_id
 
 
-def test_set_local_role_is_enforced_by_the_database(
+def test_the_role_of_a_kind_is_enforced_by_the_database(
     db_dsn: str,
     tmp_path: Path,
     roles: Roles,  # noqa: F811

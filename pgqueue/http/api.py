@@ -1,12 +1,14 @@
 """The ASGI application of the HTTP API: authentication, bodies, answers.
 
-Every request runs as the database role of its token's kind. Enqueues and
-the worker calls (lease, ack, fail, nack, extend) run in a transaction on
-this server's pool after ``SET LOCAL ROLE`` (the worker calls are the SQL
-worker API, fenced by attempt id in the database); reads and operator calls
-the public API offers without ``conn=`` (get, cancel, requeue, metrics) run
-on an App whose sessions start as that role. So the database, not only this
-code, refuses what a kind may not do.
+Every request runs as the database role of its token's kind, on sessions
+that start as that role (libpq ``options=-c role=...``). Enqueues and the
+worker calls (lease, ack, fail, nack, extend; the SQL worker API, fenced by
+attempt id in the database) run on the kind's own pool: a single statement
+commits on its own, in one round trip; what must be atomic (a batch, a
+lease with its length) runs in a transaction. Reads and operator calls the
+public API offers without ``conn=`` (get, cancel, requeue, metrics) run on
+an App of that role. So the database, not only this code, refuses what a
+kind may not do.
 """
 
 from __future__ import annotations
@@ -81,9 +83,9 @@ def _role_dsn(dsn: str, role: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Transaction:
-    """A request's transaction, as its token's role: ``run`` drives an
-    operation in it; ``conn`` is for ``conn=`` of the App's enqueue."""
+class Session:
+    """A request's connection, as its token's role: ``run`` drives an
+    operation on it; ``conn`` is for ``conn=`` of the App's enqueue."""
 
     database: Database
     conn: AsyncConnection[Any]
@@ -124,6 +126,8 @@ class Api:
         self.waiters = Waiters(self._listen)
         self.roles: dict[Kind, str | None] = {}
         self.role_apps: dict[Kind, App] = {}
+        #: Per kind with a role: a pool whose sessions start as that role.
+        self._pools: dict[Kind, Database] = {}
         self._database: Database | None = None
         self._ready = False
         #: The server is shutting down: long polls end now, with no jobs.
@@ -143,14 +147,7 @@ class Api:
         async with self._lock:
             if self._ready:
                 return
-            database = Database(
-                make_conninfo(self.app.dsn, application_name="pgqueue-http"),
-                self.app.op_context.queries,
-                min_size=1,
-                max_size=self.pool_max_size,
-                timeout=10.0,
-                transaction_pooler=self.app.pooler == "transaction",
-            )
+            database = self._pool(make_conninfo(self.app.dsn, application_name="pgqueue-http"))
             try:
                 self.roles = await resolve_roles(
                     database, self.schema, self.tokens.kinds, self.given_roles
@@ -160,6 +157,7 @@ class Api:
                 raise
             for kind, role in self.roles.items():
                 if role is not None:
+                    self._pools[kind] = self._pool(_role_dsn(self.app.dsn, role))
                     self.role_apps[kind] = pgqueue.App(
                         _role_dsn(self.app.dsn, role),
                         self.schema,
@@ -171,6 +169,16 @@ class Api:
             self._database = database
             self.upkeep.start(database, self.app.op_context)
             self._ready = True
+
+    def _pool(self, dsn: str) -> Database:
+        return Database(
+            dsn,
+            self.app.op_context.queries,
+            min_size=1,
+            max_size=self.pool_max_size,
+            timeout=10.0,
+            transaction_pooler=self.app.pooler == "transaction",
+        )
 
     def _listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[tuple[bool, str]]]:
         """A LISTEN session of this server's database (for the waiters)."""
@@ -194,18 +202,25 @@ class Api:
         for role_app in self.role_apps.values():
             await role_app.close_async()
         self.role_apps.clear()
+        for pool in self._pools.values():
+            await pool.close_async()
+        self._pools.clear()
         if self._database is not None:
             await self._database.close_async()
             self._database = None
         self._ready = False
 
     @contextlib.asynccontextmanager
-    async def transaction(self, kind: Kind) -> AsyncIterator[Transaction]:
-        """A transaction on this server's pool, as the kind's role."""
+    async def session(self, kind: Kind, *, atomic: bool = False) -> AsyncIterator[Session]:
+        """A connection as the kind's role (this server's own user when the
+        kind has none): each statement commits on its own, or, ``atomic``,
+        all of them in one transaction."""
         await self.start()
         assert self._database is not None
-        async with self._database.transaction_async(self.roles.get(kind)) as conn:
-            yield Transaction(self._database, conn)
+        database = self._pools.get(kind, self._database)
+        held = database.transaction_async() if atomic else database.connection_async()
+        async with held as conn:
+            yield Session(database, conn)
 
     def app_for(self, kind: Kind) -> App:
         """The App whose sessions run as the kind's role (this server's own
@@ -346,7 +361,7 @@ def _enqueued(body: dict[str, Any], created: bool) -> JSONResponse:
 async def enqueue(api: Api, request: Request) -> JSONResponse:
     kind = api.authenticate(request, "producer", "enqueue")
     job = schemas.ENQUEUE.parse(await api.body(request))
-    async with api.transaction(kind) as tx:
+    async with api.session(kind) as tx:  # one statement: commits on its own
         done = await api.app.enqueue_async(
             job["task"], job["payload"], conn=tx.conn, **enqueue_options(job)
         )
@@ -359,7 +374,7 @@ async def enqueue_batch(api: Api, request: Request) -> JSONResponse:
     specs = [pgqueue.JobSpec(job["task"], job["payload"], **enqueue_options(job)) for job in jobs]
     if not specs:
         return _enqueued({"job_ids": [], "created": []}, False)
-    async with api.transaction(kind) as tx:  # all or nothing
+    async with api.session(kind, atomic=True) as tx:  # all or nothing
         done = await api.app.enqueue_many_async(specs, conn=tx.conn)
     created = [d.created for d in done]
     return _enqueued({"job_ids": [d.job_id for d in done], "created": created}, any(created))
@@ -454,7 +469,8 @@ async def lease(api: Api, request: Request) -> dict[str, Any]:
 async def _lease_once(
     api: Api, kind: Kind, queue: str, worker_id: str, count: int, seconds: int | None
 ) -> list[dict[str, Any]]:
-    async with api.transaction(kind) as tx:
+    # With its own length, the lease and its extension are one transaction.
+    async with api.session(kind, atomic=seconds is not None) as tx:
         jobs = await tx.run(worker_api.lease(queue, worker_id, count))
         if jobs and seconds is not None:
             # extend() sets the lease to now() + seconds: now() is this transaction's start.
@@ -468,7 +484,7 @@ async def _lease_once(
     return jobs
 
 
-async def _stale(tx: Transaction, job_id: int) -> ApiError:
+async def _stale(tx: Session, job_id: int) -> ApiError:
     """404 for an unknown job, else 409 lease_lost."""
     state = await tx.run(worker_api.job_state(job_id))
     if state is None:
@@ -495,7 +511,7 @@ async def ack(api: Api, request: Request) -> dict[str, Any]:
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.ACK.parse(await api.body(request))
     result = _result(api, body["result"], "result")
-    async with api.transaction(kind) as tx:
+    async with api.session(kind) as tx:
         if not await tx.run(worker_api.ack(job_id, body["attempt_id"], result)):
             raise await _stale(tx, job_id)
     return {"job_id": job_id, "acked": True}
@@ -509,7 +525,7 @@ async def fail(api: Api, request: Request) -> dict[str, Any]:
     op = worker_api.fail(
         job_id, body["attempt_id"], error, body["retry_at"], bool(body["permanent"])
     )
-    async with api.transaction(kind) as tx:
+    async with api.session(kind) as tx:
         status = await tx.run(op)
         if status is None:
             raise await _stale(tx, job_id)
@@ -520,7 +536,7 @@ async def nack(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.NACK.parse(await api.body(request))
-    async with api.transaction(kind) as tx:
+    async with api.session(kind) as tx:
         if not await tx.run(worker_api.nack(job_id, body["attempt_id"])):
             raise await _stale(tx, job_id)
     return {"job_id": job_id, "status": "queued"}
@@ -530,7 +546,7 @@ async def extend(api: Api, request: Request) -> dict[str, Any]:
     kind = api.authenticate(request, "worker", "complete")
     job_id = schemas.job_id(request.path_params["id"])
     body = schemas.EXTEND.parse(await api.body(request))
-    async with api.transaction(kind) as tx:
+    async with api.session(kind) as tx:
         expires = await tx.run(worker_api.extend(job_id, body["attempt_id"], body["seconds"]))
         if expires is None:
             raise await _stale(tx, job_id)
@@ -548,7 +564,7 @@ async def ack_many(api: Api, request: Request) -> dict[str, Any]:
     job_ids = [a["job_id"] for a in acks]
     attempt_ids = [a["attempt_id"] for a in acks]
     results = [_result(api, a["result"], f"acks[{i}].result") for i, a in enumerate(acks)]
-    async with api.transaction(kind) as tx:  # one statement, each pair fenced
+    async with api.session(kind) as tx:  # one statement, each pair fenced
         held = await tx.run(worker_api.ack_many(job_ids, attempt_ids, results))
     acked = [j for j in dict.fromkeys(job_ids) if j in held]
     return {"acked": acked, "lease_lost": [j for j in job_ids if j not in held]}

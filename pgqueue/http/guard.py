@@ -19,6 +19,11 @@ connection:
   is the new one refused. So idle connections can never keep a client
   with a request out.
 
+- **at shutdown**, a connection accepted a moment before with no request
+  yet is given :data:`FRESH_GRACE` seconds to send it (it is served, then
+  closed) instead of being closed unanswered: with a listening socket kept
+  across restarts (systemd socket activation) no client sees a reset.
+
 The request body has its own deadline (``Api.read_timeout``), and requests
 and long polls their caps (``pgqueue.http.limits``). Accept failures (out of
 descriptors) are logged at most once per :data:`ACCEPT_LOG_EVERY` seconds,
@@ -45,6 +50,8 @@ ACCEPT_BURST = 128
 DEFAULT_MAX_CONNECTIONS = 1000
 #: Seconds between two log lines about failing accepts.
 ACCEPT_LOG_EVERY = 10.0
+#: At shutdown, how long a just-accepted connection may take to send its request.
+FRESH_GRACE = 1.0
 
 
 def default_max_connections() -> int:
@@ -102,6 +109,8 @@ def guarded_protocol(
 
     class Guarded(base_cls):  # type: ignore[misc]
         _header_timer: asyncio.TimerHandle | None = None
+        _fresh = True  # accepted, no request served yet
+        _stopping = False
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -109,6 +118,21 @@ def guarded_protocol(
                 transport.close()
                 return
             self._arm()
+
+        def shutdown(self) -> None:
+            # A connection accepted a moment ago carries a request on its
+            # way: closing it now (what uvicorn does) answers nothing, and the
+            # client cannot tell whether it was served. Serve that request,
+            # then close; close it if none comes within FRESH_GRACE.
+            if self._fresh and not busy(self) and not self.transport.is_closing():
+                self._stopping = True
+                self.loop.call_later(FRESH_GRACE, self._close_if_idle)
+                return
+            super().shutdown()
+
+        def _close_if_idle(self) -> None:
+            if not busy(self):
+                super().shutdown()
 
         def connection_lost(self, exc: Exception | None) -> None:
             guard.forget(self)
@@ -119,8 +143,11 @@ def guarded_protocol(
             super().data_received(data)
             if busy(self):  # the headers are in: the request has its own deadlines
                 self._disarm()
+                if self._stopping:
+                    self.cycle.keep_alive = False  # served, then closed
 
         def on_response_complete(self) -> None:
+            self._fresh = False
             super().on_response_complete()
             if not busy(self):  # the next request's headers: from now
                 self._arm()

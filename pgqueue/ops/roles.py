@@ -1,6 +1,6 @@
-"""Database roles: the one a transaction runs as, and the ones ``pgqueue
-grant`` recorded (``sql/queries/roles.sql``); the HTTP API runs each request
-as the role of its token's kind."""
+"""Database roles: who a session is, who it may become, and the ones
+``pgqueue grant`` recorded (``sql/queries/roles.sql``); the HTTP API runs
+each request as the role of its token's kind."""
 
 from __future__ import annotations
 
@@ -14,13 +14,7 @@ __all__ = [
     "recorded_grants",
     "records_grants",
     "schema_owner",
-    "set_local_role",
 ]
-
-
-def set_local_role(role: str) -> Op[None]:
-    """``SET LOCAL ROLE role``: the rest of the transaction runs as ``role``."""
-    yield Execute("role_set_local", {"role": role}, fetch="one")
 
 
 def current_user() -> Op[str]:

@@ -1,7 +1,6 @@
 -- The SQL worker API (lease, ack, fail, nack, extend) as the HTTP API
--- (pgqueue/http) calls it: in a transaction as the role of the request's
--- token (role_set_local of roles.sql), so that the database checks its
--- privileges.
+-- (pgqueue/http) calls it: on sessions that start as the role of the
+-- request's token, so that the database checks its privileges.
 
 -- name: worker_api_lease
 -- Up to %(max)s jobs of %(queue)s leased to %(worker_id)s: (job_id,

@@ -3,11 +3,6 @@
 -- migration; the HTTP API runs each kind of token as its role). The GRANT
 -- statements themselves are composed per role and kind in pgqueue/grants.py.
 
--- name: role_set_local
--- SET LOCAL ROLE %(role)s: the rest of the transaction runs as that role
--- (set_config checks membership as SET ROLE does). One row: the role.
-SELECT set_config('role', %(role)s, true);
-
 -- name: role_current_user
 -- The session's user: one row.
 SELECT current_user;
