@@ -52,9 +52,9 @@ TOKEN = "bench-token"
 HEAVY_TOKENS = ("bench-heavy-1", "bench-heavy-2")
 HEAVY = len(HEAVY_TOKENS)
 HEAVY_PAYLOAD = 900_000  # bytes of JSON text per heavy enqueue
-STEADY_RATE = 20.0  # the well-behaved client's enqueues per second
-STEADY_SECONDS = 10.0
-HEAVY_RATE = "5/1s"
+STEADY_RATE = 5.0  # the well-behaved client's enqueues per second (under the rate below)
+STEADY_SECONDS = 20.0
+HEAVY_RATE = "8/1s"
 
 
 def _free_port() -> int:

@@ -347,6 +347,37 @@ class Database(Driver, AsyncDriver):
         finally:
             await conn.close()
 
+    @asynccontextmanager
+    async def notification_batches_async(
+        self, window: float, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[list[str]]]:
+        """A dedicated connection LISTENing on the schema's channel; yields an
+        iterator of batches of payloads: after the first notification of a
+        batch it waits ``window`` seconds and takes every one that came
+        meanwhile, so a burst costs one wake-up, not one per notification."""
+        conn = await self.connect_async(**kwargs)
+        try:
+            try:
+                await conn.execute(listen_sql(self.schema, announcements=False))
+            except psycopg.Error as exc:
+                raise self.translate(exc) from None
+            yield self._batches(conn, window)
+        finally:
+            await conn.close()
+
+    async def _batches(
+        self, conn: psycopg.AsyncConnection[Any], window: float
+    ) -> AsyncIterator[list[str]]:
+        try:
+            while not conn.closed:
+                batch = [n.payload async for n in conn.notifies(stop_after=1)]
+                await asyncio.sleep(window)
+                batch += [n.payload async for n in conn.notifies(timeout=0.0)]
+                yield batch
+        except psycopg.Error as exc:
+            raise self.translate(exc) from None
+        raise ConnectionFailed(f"PostgreSQL at {self.translate.target}: connection closed")
+
     async def _payloads(
         self, conn: psycopg.AsyncConnection[Any]
     ) -> AsyncIterator[tuple[bool, str]]:

@@ -45,7 +45,7 @@ from pgqueue.errors import (
 from pgqueue.grants import Kind
 from pgqueue.http import schemas
 from pgqueue.http.limits import Category, Limits, retry_after
-from pgqueue.http.listener import Waiters
+from pgqueue.http.listener import BATCH_WINDOW, Waiters
 from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
 from pgqueue.http.schemas import ApiError
@@ -180,11 +180,11 @@ class Api:
             transaction_pooler=self.app.pooler == "transaction",
         )
 
-    def _listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[tuple[bool, str]]]:
+    def _listen(self) -> contextlib.AbstractAsyncContextManager[AsyncIterator[list[str]]]:
         """A LISTEN session of this server's database (for the waiters)."""
         assert self._database is not None
-        return self._database.listening_async(
-            announcements=False, application_name=LISTEN_NAME, **KEEPALIVE
+        return self._database.notification_batches_async(
+            BATCH_WINDOW, application_name=LISTEN_NAME, **KEEPALIVE
         )
 
     def stop_waiting(self) -> None:

@@ -5,8 +5,10 @@ Waiting lease requests hold no database connection: each waits on an
 channel only while a long poll waits (and :data:`LINGER` seconds after the
 last one ends, since a worker polls again at once); an idle server reads no
 notification, whoever enqueues. Payloads about queues nobody waits on are
-dropped with a string test. The queues named in one batch of notifications
-are woken once each, after the batch: per queue, the longest-waiting request.
+dropped with a string test. Notifications are read in batches (a burst
+within :data:`BATCH_WINDOW` of its first is one batch, one wake-up of the
+loop), and the queues a batch names are woken once each: per queue, the
+longest-waiting request.
 A request that then leases a full batch wakes the next one (there may be
 more work); one that gets less does not. So a burst of enqueues costs one
 lease statement per waiting queue, not one per notification or per waiter.
@@ -32,8 +34,11 @@ log = logging.getLogger("pgqueue.http")
 #: Seconds the server keeps listening after the last long poll ended.
 LINGER = 5.0
 
-#: Opens a LISTEN session: yields (announcement?, payload) pairs.
-Listen = Callable[[], AbstractAsyncContextManager[AsyncIterator[tuple[bool, str]]]]
+#: Seconds the listener waits after a notification for the rest of its burst.
+BATCH_WINDOW = 0.02
+
+#: Opens a LISTEN session: yields batches of payloads.
+Listen = Callable[[], AbstractAsyncContextManager[AsyncIterator[list[str]]]]
 
 
 class Waiters:
@@ -45,8 +50,6 @@ class Waiters:
         self._queues: dict[str, deque[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
-        self._pending: set[str] = set()  # queues named in the batch being read
-        self._flush_scheduled = False
         #: LISTEN sessions opened and notifications read, for tests and benchmarks.
         self.connections_opened = 0
         self.notifications = 0
@@ -113,23 +116,13 @@ class Waiters:
                 self.wakeups += 1
                 return
 
-    def _note(self, payload: str) -> None:
-        """Remember the queue a payload names, if someone waits on it; the
-        batch's queues are woken once each, after it (one loop turn)."""
-        self.notifications += 1
-        queue = wake_queue(payload)
-        if queue is None or queue not in self._queues:
-            return
-        self._pending.add(queue)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        pending, self._pending = self._pending, set()
-        for queue in pending:
-            self.wake(queue)
+    def _wake_for(self, batch: list[str]) -> None:
+        """Wake, once each, the queues a batch of payloads names that someone waits on."""
+        self.notifications += len(batch)
+        queues = {wake_queue(payload) for payload in batch}
+        for queue in queues:
+            if queue is not None and queue in self._queues:
+                self.wake(queue)
 
     async def _run(self) -> None:
         delay = 1.0
@@ -140,9 +133,8 @@ class Waiters:
                     delay = 1.0
                     for queue in list(self._queues):  # notifications may have been missed
                         self.wake(queue)
-                    async for announcement, payload in payloads:
-                        if not announcement:
-                            self._note(payload)
+                    async for batch in payloads:
+                        self._wake_for(batch)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # LISTEN unavailable or the database went away
