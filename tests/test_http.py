@@ -680,3 +680,33 @@ def test_openapi_document(server: Server) -> None:
     assert [one["type"] for one in delay] == ["number", "string"]
     for path in ("/v1/jobs", "/v1/jobs/batch"):
         assert {"200", "201"} <= set(document["paths"][path]["post"]["responses"])
+
+
+def test_terminated_backends_answer_503_then_recover(server: Server, app: pgqueue.App) -> None:
+    """#44: the server's sessions (a pool per kind) killed under it: answers
+    are 201 or a JSON 503 to retry, never a 500, and every job created is stored."""
+    created: list[int] = []
+    with server.client("producer") as http:
+        for n in range(5):
+            created.append(
+                http.post("/v1/jobs", json={"task": "t", "payload": {"n": n}}).json()["job_id"]
+            )
+        killed = scalar(
+            app.dsn,
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'pgqueue-http'",
+        )
+        assert killed >= 1
+        statuses = []
+        for n in range(5, 25):
+            answer = http.post("/v1/jobs", json={"task": "t", "payload": {"n": n}})
+            statuses.append(answer.status_code)
+            assert answer.status_code in (201, 503), answer.text
+            if answer.status_code == 503:
+                assert answer.json()["error"] == "unavailable"
+            else:
+                created.append(answer.json()["job_id"])
+        assert statuses[-5:] == [201] * 5  # recovered
+    assert app.metrics()["default"].queued == len(created)
+    log = server.log.read_text()
+    assert "Traceback" not in log, log[-2000:]
