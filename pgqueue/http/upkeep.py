@@ -9,20 +9,31 @@ worker (``--no-reaper`` / ``--no-maintenance`` opt out, for a fleet whose
 Python workers do it). Both run as the server's own database user, on its
 pool. An error that escapes a loop is logged and the loop starts again
 after a pause: upkeep never stops the server.
+
+The server reclaims a lease once it has been expired for
+:data:`REAP_GRACE` seconds (by the database's clock), where a Python
+worker's reaper takes it at once: an HTTP worker is a network away, and a
+Python worker's reaper, when there is one, comes first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
+from pgqueue.ops import drain as drain_ops
+from pgqueue.ops import maintenance as maintenance_ops
+from pgqueue.worker.faults import Episodes
 from pgqueue.worker.maintenance import maintain_periodically
-from pgqueue.worker.reaper import reap_periodically
+from pgqueue.worker.wakeup import jittered, wait_any
 
 if TYPE_CHECKING:
     from pgqueue.database import Database
@@ -32,6 +43,13 @@ log = logging.getLogger("pgqueue.http")
 
 #: Seconds before a loop that failed starts again.
 RESTART_PAUSE = 5.0
+#: Seconds a lease stays expired before the server reclaims it.
+REAP_GRACE = 5.0
+GRACE = timedelta(seconds=REAP_GRACE)
+
+
+def _at(moment: datetime) -> datetime:
+    return moment
 
 
 def server_id() -> str:
@@ -54,15 +72,33 @@ class Upkeep:
         """Start the loops this server takes part in (on the running loop)."""
         self._stopped.clear()
         if self.reaper:
-            self._run(
-                "reaper",
-                lambda: reap_periodically(database, ctx, self.reap_interval, self._stopped),
-            )
+            self._run("reaper", lambda: self._reap_periodically(database, ctx))
         if self.maintenance:
             self._run(
                 "maintenance",
                 lambda: maintain_periodically(database, ctx, self.worker_id, self._stopped),
             )
+
+    async def _reap_periodically(self, database: Database, ctx: OpContext) -> None:
+        """Every ``reap_interval`` (jittered), reclaim the leases expired for
+        :data:`REAP_GRACE` seconds; transient errors wait for the next round."""
+        episodes = Episodes("reaper", first=min(self.reap_interval, 0.5), cap=60.0)
+        pause = jittered(self.reap_interval, 0.2)
+        while not self._stopped.is_set():
+            await wait_any(self._stopped, timeout=pause)
+            if self._stopped.is_set():
+                return
+            pause = jittered(self.reap_interval, 0.2)
+            try:
+                now = await database.run_async(drain_ops.clock())
+                late = dataclasses.replace(ctx, clock=partial(_at, now - GRACE))
+                reaped = await database.run_async(maintenance_ops.reap(late))
+            except Exception as exc:
+                pause = min(pause, episodes.failed(exc))
+                continue
+            episodes.succeeded()
+            if reaped:
+                log.warning("pgqueue serve: reclaimed %d jobs whose lease expired", reaped)
 
     def _run(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
         async def supervised() -> None:
