@@ -1,11 +1,13 @@
-"""Runs leased jobs: async tasks on the event loop, sync tasks in a thread pool.
+"""Runs leased jobs: async tasks on the event loop, sync tasks in a thread pool
+(or, with ``--pool process``, in child processes: :mod:`pgqueue.worker.process_pool`).
 
 Each job's outcome (return value, Retry, Permanent, other exception, timeout,
 cancel) is classified here and handed to the completer. ``running`` holds
 every job whose attempt is not yet recorded in the database (executing, or
 finished and waiting for the completer's flush): the heartbeat extends
 exactly these. ``busy`` counts occupied slots; a sync task abandoned after
-its timeout keeps its slot until its thread returns.
+its timeout keeps its slot until its thread returns; a child past its
+timeout is killed, and its slot frees when it is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.process_pool import ChildOutcome, ProcessPool
     from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
@@ -85,6 +88,7 @@ class RunningJob:
     extend_requests = 0  # counts context.extend() calls, see Heartbeat
     observed: Any = None  # the observer's per-job state (a span)
     entered = False  # an async task's wrapper has begun (see Executor._run_async)
+    in_child = False  # a sync task sent to a child process (--pool process)
     cancel_at_entry = False
     # context.set_progress (see ProgressWriter): the value waiting to be
     # written, its timer, and when the last write went out (monotonic).
@@ -144,7 +148,9 @@ class Executor:
         live_settings: Mapping[str, TaskSettings] | None = None,
         unknown_task_grace: float = 3600.0,
         heartbeat_wake: Callable[[], None] = _nothing,
+        pool: ProcessPool | None = None,
     ) -> None:
+        self.pool = pool  # --pool process: sync tasks run in its children
         self.dependencies = dependencies
         self.worker_id = worker_id
         self.live_settings: Mapping[str, TaskSettings] = (
@@ -232,7 +238,8 @@ class Executor:
         if self.busy == 1:
             self.idle.clear()
         kwargs: dict[str, Any] = job.payload
-        if task.pass_context or self.middleware:
+        in_child = self.pool is not None and not task.is_async
+        if not in_child and (task.pass_context or self.middleware):
             if self.transactions is not None:
                 # Once its block commits the attempt is recorded: the job leaves ``running``.
                 rj.transactions = self.transactions.for_job(
@@ -275,6 +282,14 @@ class Executor:
                 queue=job.queue,
                 attempt=job.attempt,
             )
+        if in_child:
+            assert self.pool is not None
+            # The child runs the middleware and builds the context; the
+            # outcome comes back as its message (or its death).
+            rj.in_child = True
+            rj.handle = self.pool.submit(job, partial(self._child_message, rj))
+            rj.handle.add_done_callback(partial(self._child_done, rj))
+            return
         run_context = self.observer.run_context(rj) if self.observing else None
         if task.is_async:
             try:
@@ -344,11 +359,99 @@ class Executor:
             exc = handle.exception()
             self._ended(rj, None if exc is not None else handle.result(), exc)
 
+    def _child_message(self, rj: RunningJob, message: dict[str, Any]) -> None:
+        """Progress or a lease extension from the child running ``rj``."""
+        if message["op"] == "progress":
+            if self.progress is not None:
+                self.progress.note(rj, str(message["text"]))
+            return
+        self._note_extend(rj, float(message["seconds"]))
+
+    def _child_done(self, rj: RunningJob, handle: asyncio.Future[ChildOutcome]) -> None:
+        """The child answered for ``rj``, or died running it."""
+        if rj.timed_out:  # already recorded as a timeout; the child is gone, the slot free
+            self._release_slot()
+            return
+        if rj.timer is not None:
+            rj.timer.cancel()
+            rj.timer = None
+        if rj.progress_timer is not None and self.progress is not None:
+            self.progress.flush(rj)
+        self._release_slot()
+        job = rj.job
+        if rj.lost:
+            self.running.pop(job.job_id, None)
+            log.warning(
+                "job finished after its lease was lost; outcome discarded",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
+            self.observer.finished(rj, "lease_lost", None)
+            return
+        outcome = handle.result()
+        message = outcome.message
+        if message is None:
+            if rj.cancel_requested:
+                failure = Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.CANCELLED,
+                    "cancelled",
+                    "cancelled while running: the child process was stopped",
+                )
+            else:
+                failure = Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.FAILED,
+                    "worker_crashed",
+                    f"{outcome.death()} while running task {job.task!r}",
+                )
+            self._record_failure(rj, failure, _ms_since(rj.started))
+            return
+        failed = message.get("failure")
+        if failed is not None:
+            failure = Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome(failed["outcome"]),
+                str(failed["code"]),
+                str(failed["message"]),
+                failed.get("trace"),
+                retry_delay=failed.get("delay"),
+                permanent=bool(failed.get("permanent")),
+            )
+            self._record_failure(rj, failure, _ms_since(rj.started))
+            return
+        result: str | None = message.get("result")
+        unstored = message.get("unstored")
+        if unstored is not None:
+            result = UnstoredResult(unstored)
+            self.jlog.warning(
+                "job succeeded but its result was not stored",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                reason=unstored,
+            )
+        self.completer.ack(rj, result)
+        if self.log_successes or self.observing:
+            self._succeeded(rj)
+
     def _on_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
         if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
         rj.timed_out = True
+        if rj.in_child:
+            # A hard limit: the child is stopped; the slot frees when it is gone.
+            assert self.pool is not None
+            self.pool.kill_job(rj.job.job_id, "timeout")
+            self._record_failure(rj, self._timeout_failure(rj))
+            return
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)  # _run_async records the timeout
             return
@@ -455,39 +558,7 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
-        if isinstance(exc, Snooze | Retry):
-            # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
-            outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                outcome,
-                outcome.value,
-                str(exc),
-                retry_delay=exc.delay,
-            )
-        code, message, trace = describe_error(exc)
-        if isinstance(exc, Permanent):
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.FAILED,
-                code,
-                message,
-                trace,
-                permanent=True,
-            )
-        if isinstance(exc, TypeError) and rj.task is not None and not _accepts(rj, job.payload):
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.FAILED,
-                "invalid_payload",
-                f"payload does not match the parameters of task {job.task!r}: {message}",
-                trace,
-                permanent=True,
-            )
-        return Failure(job.job_id, job.attempt_id, AttemptOutcome.FAILED, code, message, trace)
+        return failure_of(job.job_id, job.attempt_id, classify_exception(exc, rj.task, job.payload))
 
     def _record_failure(
         self,
@@ -553,6 +624,10 @@ class Executor:
             rj.context.request_stop()
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)
+        if rj.in_child and self.pool is not None:
+            # should_stop() now; a child still running after the grace is stopped.
+            self.pool.stop_job(job_id)
+            self.loop.call_later(self.pool.kill_grace, self.pool.kill_job, job_id, "cancel")
         log.info(
             "cancel requested for running job",
             job_id=job_id,
@@ -572,6 +647,8 @@ class Executor:
             rj.context.request_stop()
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)
+        if rj.in_child and self.pool is not None:
+            self.pool.kill_job(job_id, "lease_lost")
         log.error(
             "lease lost: the job was reclaimed while this worker ran it",
             job_id=job_id,
@@ -585,6 +662,8 @@ class Executor:
         for rj in self.running.values():
             if rj.context is not None:
                 rj.context.request_stop()
+        if self.pool is not None:
+            self.pool.stop_all()
 
     def unfinished(self) -> list[RunningJob]:
         """Jobs still executing (not yet handed to the completer)."""
@@ -602,12 +681,67 @@ class Executor:
             self.observer.finished(rj, "released", None)
             if rj.task is not None and rj.task.is_async:
                 self._cancel_async(rj)
+            if rj.in_child and self.pool is not None:
+                self.pool.kill_job(rj.job.job_id, "shutdown")
+
+    async def start_pool(self) -> None:
+        """Start the child processes (``--pool process``) before any lease."""
+        if self.pool is not None:
+            await self.pool.start()
+
+    async def close_pool(self) -> None:
+        """Stop every child process; none outlives the worker."""
+        if self.pool is not None:
+            await self.pool.close()
 
     def close(self) -> int:
         """Release the thread pool; returns how many sync tasks are still running
         (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         return self.threads_busy
+
+
+#: How a task's exception is recorded: the fields of a Failure after its ids.
+Classified = tuple[AttemptOutcome, str, str, str | None, float | None, bool]
+
+
+def classify_exception(
+    exc: BaseException, task: RunnableTask | None, payload: dict[str, Any]
+) -> Classified:
+    """(outcome, error code, message, traceback, retry delay, permanent) of a
+    task's exception: in the worker, and in a ``--pool process`` child."""
+    if isinstance(exc, Snooze | Retry):
+        # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
+        outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
+        return outcome, outcome.value, str(exc), None, exc.delay, False
+    code, message, trace = describe_error(exc)
+    if isinstance(exc, Permanent):
+        return AttemptOutcome.FAILED, code, message, trace, None, True
+    if isinstance(exc, TypeError) and task is not None and not _accepts(task, payload):
+        return (
+            AttemptOutcome.FAILED,
+            "invalid_payload",
+            f"payload does not match the parameters of task {task.name!r}: {message}",
+            trace,
+            None,
+            True,
+        )
+    return AttemptOutcome.FAILED, code, message, trace, None, False
+
+
+def failure_of(job_id: int, attempt_id: int, classified: Classified) -> Failure:
+    """The Failure to record for a classified exception."""
+    outcome, code, message, trace, delay, permanent = classified
+    return Failure(
+        job_id,
+        attempt_id,
+        outcome,
+        code,
+        message,
+        trace,
+        retry_delay=delay,
+        permanent=permanent,
+    )
 
 
 def _completed_in_transaction(rj: RunningJob) -> bool:
@@ -624,14 +758,13 @@ def _ms_since(started: float) -> float:
     return round((time.monotonic() - started) * 1000, 3)
 
 
-def _accepts(rj: RunningJob, payload: dict[str, Any]) -> bool:
+def _accepts(task: RunnableTask, payload: dict[str, Any]) -> bool:
     """Whether the task's signature accepts the payload (checked only after a TypeError)."""
-    assert rj.task is not None
     kwargs = dict(payload)
-    if rj.task.pass_context:
+    if task.pass_context:
         kwargs["context"] = None
     try:
-        inspect.signature(rj.task.func).bind(**kwargs)
+        inspect.signature(task.func).bind(**kwargs)
     except TypeError:
         return False
     return True

@@ -15,11 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pgqueue.errors import InvalidOption
 from pgqueue.telemetry.observer import WorkerObserver, build_observer
 from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.process_pool import ChildSpec, ProcessPool
 from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.task_settings import LiveTaskSettings
 from pgqueue.worker.task_transaction import TaskTransactionSource
@@ -146,6 +148,17 @@ class JobParts:
         live_settings = LiveTaskSettings(database)
         completer = Completer(database, ctx, running, on_fatal)
         transactions = TaskTransactionSource(database, ctx, settings.concurrency)
+        pool = None
+        if settings.pool == "process":
+            if settings.app_path is None:
+                raise InvalidOption("pool='process' needs the App's import path (app_path)")
+            pool = ProcessPool(
+                ChildSpec(settings.app_path, app.dsn, app.schema),
+                settings.concurrency,
+                kill_grace=settings.kill_grace,
+                max_tasks_per_child=settings.max_tasks_per_child,
+                max_memory_per_child=settings.max_memory_per_child,
+            )
         executor = Executor(
             app.tasks,
             settings.concurrency,
@@ -161,6 +174,7 @@ class JobParts:
             live_settings=live_settings.current,
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
+            pool=pool,
         )
         heartbeat = Heartbeat(
             database,
