@@ -16,13 +16,19 @@ from pgqueue.errors import InvalidOption
 CHILD_ENV = "PGQUEUE_POOL_CHILD"
 
 
+def _kind_of(obj: Any, module: str) -> bool:
+    # By the defining module of its class (or a base's): the worker imports
+    # nothing of pgqueue.app or pgqueue.router (see ARCHITECTURE.md), and no
+    # attribute is read of arbitrary module globals (some load things on access).
+    return any(getattr(c, "__module__", None) == module for c in type(obj).__mro__)
+
+
 def _is_app(obj: Any) -> bool:
-    # Duck-typed: the worker imports nothing of pgqueue.app (see ARCHITECTURE.md).
-    return hasattr(obj, "tasks") and hasattr(obj, "op_context") and hasattr(obj, "point_at")
+    return _kind_of(obj, "pgqueue.app")
 
 
 def _is_router(obj: Any) -> bool:
-    return isinstance(getattr(obj, "apps", None), dict) and hasattr(obj, "key_for")
+    return _kind_of(obj, "pgqueue.router")
 
 
 def find_app_path(app: Any) -> str:

@@ -1,0 +1,130 @@
+"""The App that process-pool tests serve: ``pgqueue worker --app
+tests.apps.process_pool:app --pool process``.
+
+The worker and each of its children import this module (the children by
+the same path) and take the DSN from ``PGQUEUE_DSN``. Tasks report the pid
+of the process they ran in (in their result, or in ``public.task_events``
+through :func:`tests.apps.tasks.record` before they hang or die), so that a
+test can tell children apart and check that a killed one is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from typing import Any
+
+import pgqueue
+from tests.apps.tasks import QUICK_RETRIES, record
+
+#: A task that hangs gives up after this long, so a failed test leaves nothing behind for long.
+HANG_LIMIT = 120.0
+
+#: Memory a ``grow`` task keeps for the rest of its child's life.
+_kept: list[bytearray] = []
+
+
+def whoami(context: pgqueue.JobContext) -> dict[str, Any]:
+    """Where the task ran and what its context says."""
+    context.set_progress({"step": "done"})
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "job_id": context.job_id,
+        "attempt": context.attempt,
+        "tags": context.tags,
+        "meta": context.meta,
+        "should_stop": context.should_stop(),
+    }
+
+
+async def on_the_loop() -> int:
+    """An async task: runs in the worker process itself."""
+    return os.getpid()
+
+
+def enqueue_from_child(context: pgqueue.JobContext) -> int:
+    """Enqueues a job from the child (the App opens its own connection there)."""
+    return app.enqueue("whoami", {}, tags=[f"from-{context.job_id}"]).job_id
+
+
+def sleep_past_timeout(context: pgqueue.JobContext) -> None:
+    """Sleeps (ignoring should_stop) far past its 1 s timeout."""
+    record("start", "sleep", context.job_id, pid=os.getpid())
+    time.sleep(HANG_LIMIT)
+
+
+def spin_past_timeout(context: pgqueue.JobContext) -> None:
+    """A pure-Python busy loop (ignoring should_stop) past its 1 s timeout."""
+    record("start", "spin", context.job_id, pid=os.getpid())
+    deadline = time.monotonic() + HANG_LIMIT
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+
+
+def die_once(how: str, context: pgqueue.JobContext) -> int:
+    """Kills its own child on the first attempt (``exit``, ``sigkill``, ``sigsegv``);
+    succeeds on the next."""
+    if context.attempt == 1:
+        record("start", how, context.job_id, pid=os.getpid())
+        if how == "exit":
+            os._exit(7)
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "sigsegv":
+            ctypes.string_at(0)
+        raise AssertionError(f"unknown way to die: {how}")
+    return os.getpid()
+
+
+def hold(key: str, honour_stop: bool, context: pgqueue.JobContext) -> str:
+    """Runs until should_stop() (when ``honour_stop``) or for HANG_LIMIT seconds."""
+    record("start", key, context.job_id, pid=os.getpid())
+    deadline = time.monotonic() + HANG_LIMIT
+    while time.monotonic() < deadline:
+        if honour_stop and context.should_stop():
+            record("stopped", key, context.job_id, pid=os.getpid(), should_stop=True)
+            return "stopped"
+        time.sleep(0.02)
+    return "gave up"
+
+
+def grow(megabytes: int) -> int:
+    """Keeps ``megabytes`` of memory in its child; returns the child's pid."""
+    block = bytearray(megabytes * 1024 * 1024)
+    for i in range(0, len(block), 4096):  # touch every page: resident, not just reserved
+        block[i] = 1
+    _kept.append(block)
+    return os.getpid()
+
+
+def fails() -> None:
+    """An ordinary exception in a child: recorded like one in a thread."""
+    raise ValueError("bad things")
+
+
+TASKS: dict[Any, dict[str, Any]] = {
+    whoami: dict(pass_context=True),
+    on_the_loop: dict(),
+    enqueue_from_child: dict(pass_context=True),
+    sleep_past_timeout: dict(timeout=1, max_attempts=1, pass_context=True),
+    spin_past_timeout: dict(timeout=1, max_attempts=1, pass_context=True),
+    die_once: dict(max_attempts=3, retry=QUICK_RETRIES, pass_context=True),
+    hold: dict(pass_context=True),
+    grow: dict(),
+    fails: dict(),
+}
+
+
+def build_app(dsn: str | None = None) -> pgqueue.App:
+    """An App with every task above registered (the tests enqueue through one)."""
+    built = pgqueue.App(dsn)
+    for func, options in TASKS.items():
+        built.task(**options)(func)
+    return built
+
+
+app = build_app(os.environ.get("PGQUEUE_DSN"))
