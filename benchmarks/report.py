@@ -46,6 +46,12 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("enqueue_python", "Python enqueue/s", True),
         ("lease_ack_python", "Python lease+ack_many/s", True),
     ],
+    "pool": [
+        ("cpu_ratio", "CPU-bound process/thread", True),
+        ("noop_ratio", "no-op process/thread", True),
+        ("noop_process", "no-op process jobs/s", True),
+        ("overhead_worker_cpu_us", "process pool +worker CPU us/job", False),
+    ],
     "workflows": [
         ("enqueue_ratio", "fan-in enqueue/plain time", False),
         ("leaf_ack_batch1_1p_cpu_ratio", "leaf/plain ack CPU 1p", False),

@@ -285,3 +285,16 @@ def test_the_app_path_is_found_among_imported_modules(pool_app: pgqueue.App) -> 
     from tests.apps import process_pool
 
     assert find_app_path(process_pool.app) == "tests.apps.process_pool:app"
+
+
+def test_run_worker_from_python_finds_the_app_by_its_module(db_dsn: str) -> None:
+    from tests.apps import process_pool
+    from tests.inprocess_worker import finished, run_until
+
+    process_pool.app.point_at(db_dsn)  # the children follow the worker's App here
+    ids = [process_pool.app.enqueue("whoami", {}).job_id for _ in range(2)]
+    run_until(process_pool.app, finished(process_pool.app, *ids), pool="process", concurrency=1)
+    results = [process_pool.app.get_job(i).result for i in ids]
+    assert results[0]["pid"] == results[1]["pid"] != os.getpid()
+    assert results[0]["ppid"] == os.getpid()
+    process_pool.app.close()

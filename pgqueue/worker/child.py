@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -79,9 +80,11 @@ def _die_with_parent(parent: int) -> None:
 class Child:
     """Runs jobs from the worker, one at a time, until told to exit."""
 
-    def __init__(self, sock: socket.socket, app: Any) -> None:
+    def __init__(self, sock: socket.socket, app: Any, measure_memory: bool = True) -> None:
         self.sock = sock
         self.app = app
+        self.measure_memory = measure_memory  # rss in every answer (--max-memory-per-child)
+        self.middleware = tuple(app.middleware)
         self.send_lock = threading.Lock()
         self.jobs: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self.lock = threading.Lock()
@@ -141,8 +144,10 @@ class Child:
                 "delay": None,
                 "permanent": False,
             }
-            done["rss"] = rss_bytes()
             return done
+        kwargs = payload
+        if not task.pass_context and not self.middleware:
+            return self._call(done, task, payload, partial(task.func, **payload))
         context = JobContext(
             job_id,
             int(job["attempt"]),
@@ -161,11 +166,21 @@ class Child:
             if job_id in self.stop_asked:
                 self.stop_asked.discard(job_id)
                 context.request_stop()
-        kwargs = {**payload, "context": context} if task.pass_context else payload
+        if task.pass_context:
+            kwargs = {**payload, "context": context}
         call = partial(task.func, **kwargs)
-        middleware = tuple(self.app.middleware)
-        if middleware:
-            call = partial(mw.run_sync, middleware, context, call)
+        if self.middleware:
+            call = partial(mw.run_sync, self.middleware, context, call)
+        try:
+            return self._call(done, task, payload, call)
+        finally:
+            with self.lock:
+                self.current = None
+
+    def _call(
+        self, done: dict[str, Any], task: Any, payload: dict[str, Any], call: Callable[[], Any]
+    ) -> dict[str, Any]:
+        """Call the task; ``done`` with its result or how it failed."""
         try:
             value = call()
         except BaseException as exc:  # SystemExit included: the attempt failed
@@ -185,10 +200,8 @@ class Child:
                 done["unstored"] = str(encoded)
             else:
                 done["result"] = encoded
-        finally:
-            with self.lock:
-                self.current = None
-        done["rss"] = rss_bytes()
+        if self.measure_memory:
+            done["rss"] = rss_bytes()
         return done
 
     def _extend(self, job_id: int, seconds: float) -> None:
@@ -217,7 +230,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         sock.sendall(child_wire.encode({"op": "failed", "message": str(exc)}))
         return 3
-    child = Child(sock, app)
+    child = Child(sock, app, bool(hello.get("measure_memory", True)))
     child.send({"op": "ready", "pid": os.getpid()})
     code = child.serve()
     try:

@@ -196,6 +196,7 @@ class ProcessPool:
                     "dsn": self.spec.dsn,
                     "schema": self.spec.schema,
                     "sys_path": list(sys.path),
+                    "measure_memory": self.max_memory is not None,
                 }
             )
         )
