@@ -13,6 +13,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from pgqueue import AttemptOutcome, JobStatus
 from tests.apps.process_pool import build_app
 from tests.cli_support import assert_one_line_error, run_cli
 from tests.fixtures.workers import WorkerProcess, Workers, task_events, wait_until
+from tests.test_metrics import samples, scrape
 
 APP = "tests.apps.process_pool:app"
 #: Bound on waits for a process to go (a kill grace of 1 s plus slack for a loaded machine).
@@ -147,7 +149,10 @@ def test_a_sleeping_and_a_spinning_task_past_their_timeout_are_killed_and_the_wo
 def test_a_child_that_dies_fails_its_attempt_worker_crashed_and_the_retry_succeeds(
     workers: Workers, pool_app: pgqueue.App, db_dsn: str
 ) -> None:
-    worker = spawn_pool(workers, "--concurrency", "2")
+    worker = spawn_pool(
+        workers, "--concurrency", "2", "--metrics-port", "0", "--metrics-host", "127.0.0.1"
+    )
+    port = int(worker.wait_logged("serving metrics")["port"])
     ways = {"exit": "exited with status 7", "sigkill": "SIGKILL", "sigsegv": "SIGSEGV"}
     ids = {how: pool_app.enqueue("die_once", {"how": how}).job_id for how in ways}
     jobs = workers.wait_finished(pool_app, list(ids.values()))
@@ -170,6 +175,16 @@ def test_a_child_that_dies_fails_its_attempt_worker_crashed_and_the_retry_succee
     assert len(crashes) == 3
     assert worker.alive()
     wait_until(lambda: len(children_of(worker.pid)) == 2 or None, GONE, "two children again")
+
+    def replaced() -> dict[str, Any] | None:
+        families = scrape(port)
+        alive = samples(families, "pgqueue_worker_children", "pgqueue_worker_children")
+        return families if alive == {(): 2.0} else None
+
+    families = wait_until(replaced, GONE, "the metrics to show two children", [worker])
+    assert samples(
+        families, "pgqueue_worker_children_replaced", "pgqueue_worker_children_replaced_total"
+    ) == {(("reason", "crashed"),): 3.0}
 
 
 @pytest.mark.slow

@@ -142,12 +142,6 @@ class JobParts:
         running: dict[int, RunningJob] = {}
         connected = asyncio.Event()
         extend_now = asyncio.Event()  # context.extend() wakes the heartbeat
-        # Metrics and tracing hooks (the no-op observer when neither is on).
-        observer = build_observer(settings, __version__, running)
-        progress = ProgressWriter(database)
-        live_settings = LiveTaskSettings(database)
-        completer = Completer(database, ctx, running, on_fatal)
-        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         pool = None
         if settings.pool == "process":
             if settings.app_path is None:
@@ -159,6 +153,12 @@ class JobParts:
                 max_tasks_per_child=settings.max_tasks_per_child,
                 max_memory_per_child=settings.max_memory_per_child,
             )
+        # Metrics and tracing hooks (the no-op observer when neither is on).
+        observer = build_observer(settings, __version__, running, pool)
+        progress = ProgressWriter(database)
+        live_settings = LiveTaskSettings(database)
+        completer = Completer(database, ctx, running, on_fatal)
+        transactions = TaskTransactionSource(database, ctx, settings.concurrency)
         executor = Executor(
             app.tasks,
             settings.concurrency,
