@@ -122,6 +122,28 @@ def test_sync_tasks_run_in_children_with_their_context_and_async_tasks_on_the_lo
 
 
 @pytest.mark.slow
+def test_context_transaction_in_a_child_commits_the_rows_and_the_success_together(
+    workers: Workers, pool_app: pgqueue.App, db_dsn: str
+) -> None:
+    worker = spawn_pool(workers, "--concurrency", "2")
+    once = pool_app.enqueue("in_transaction", {"key": "once", "fail_first": False}).job_id
+    again = pool_app.enqueue("in_transaction", {"key": "again", "fail_first": True}).job_id
+    jobs = workers.wait_finished(pool_app, [once, again])
+
+    for job_id in (once, again):
+        assert jobs[job_id].status is JobStatus.SUCCEEDED
+        assert jobs[job_id].result is None  # recorded by the transaction, not the return value
+        assert len([e for e in task_events(db_dsn, "tx") if e["job_id"] == job_id]) == 1
+    assert [a[:2] for a in attempts(pool_app, again)] == [
+        (AttemptOutcome.FAILED, "ValueError"),  # its insert rolled back with it
+        (AttemptOutcome.SUCCEEDED, None),
+    ]
+    assert {e["pid"] for e in task_events(db_dsn, "tx")} <= children_of(worker.pid)
+    assert worker.logged("job succeeded in its transaction")
+    assert worker.logged("lease lost") == []
+
+
+@pytest.mark.slow
 def test_a_sleeping_and_a_spinning_task_past_their_timeout_are_killed_and_the_worker_goes_on(
     workers: Workers, pool_app: pgqueue.App, db_dsn: str
 ) -> None:

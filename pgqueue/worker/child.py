@@ -17,6 +17,7 @@ time limit.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import queue
@@ -25,34 +26,49 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import Any
 
 from pgqueue import middleware as mw
 from pgqueue.context import JobContext
-from pgqueue.errors import InvalidOption
+from pgqueue.errors import LeaseLost
+from pgqueue.models import LeasedJob
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.worker import child_wire
 from pgqueue.worker.app_path import CHILD_ENV, load_app
 from pgqueue.worker.executor import classify_exception
-
-if TYPE_CHECKING:
-    from pgqueue.worker.task_transaction import TaskTransactions
+from pgqueue.worker.parts import WorkerApp
+from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
 PR_SET_PDEATHSIG = 1
 
 
-class _NoTransactions:
-    """``context.transaction()`` in a child: refused with a clear error (the
-    child holds no lease; the task's writes and its success cannot commit
-    together there)."""
+class ChildTransactions(TaskTransactions):
+    """``context.transaction()`` in a child: the block and the job's fenced
+    success commit together on a connection of the child, as in a worker
+    thread. Before the COMMIT the child asks its worker, which from then on
+    treats the row changing under its heartbeat as this commit (not a lost
+    lease) and neither kills the child nor records the attempt again; a
+    worker that already gave the job up refuses, and the block rolls back
+    with :class:`LeaseLost`."""
 
-    def open(self) -> NoReturn:
-        raise InvalidOption(
-            "context.transaction() is not available with --pool process (a child process "
-            "holds no lease): run tasks that complete in their own transaction with "
-            "--pool thread"
-        )
+    def __init__(self, child: Child, *args: Any) -> None:
+        self._child = child
+        self._committing = False
+        super().__init__(*args)
+
+    @property  # type: ignore[override]
+    def committing(self) -> bool:
+        return self._committing
+
+    @committing.setter
+    def committing(self, value: bool) -> None:
+        if value:
+            self._child.ask_commit(self.job.job_id)  # raises LeaseLost when refused
+        elif self._committing:
+            self._child.send({"op": "commit_failed", "job_id": self.job.job_id})
+        self._committing = value
 
 
 def rss_bytes() -> int:
@@ -90,6 +106,9 @@ class Child:
         self.lock = threading.Lock()
         self.current: JobContext | None = None
         self.stop_asked: set[int] = set()  # stops that came before their job began
+        self.commit_answer = threading.Event()
+        self.commit_allowed = False
+        self.transactions: TaskTransactionSource | None = None  # opened on first use
 
     def send(self, message: dict[str, Any]) -> None:
         data = child_wire.encode(message)
@@ -110,9 +129,45 @@ class Child:
                     self._stop(int(message["job_id"]))
                 elif op == "exit":
                     self.jobs.put(None)
+                elif op in ("commit_ok", "commit_refused"):
+                    self.commit_allowed = op == "commit_ok"
+                    self.commit_answer.set()
         except (OSError, ValueError):
             pass
         os._exit(0)  # the worker is gone (or closed us): never outlive it
+
+    def ask_commit(self, job_id: int) -> None:
+        """Ask the worker whether this attempt may still commit its success."""
+        self.commit_answer.clear()
+        self.send({"op": "committing", "job_id": job_id})
+        self.commit_answer.wait()
+        if not self.commit_allowed:
+            raise LeaseLost([job_id])
+
+    def _transactions_for(self, job: dict[str, Any]) -> ChildTransactions:
+        if self.transactions is None:
+            parts = WorkerApp.of(self.app)  # the one reader of an App's pools
+            self.transactions = TaskTransactionSource(parts.database, parts.ctx, 1)
+        source = self.transactions
+        leased = LeasedJob(
+            job_id=int(job["job_id"]),
+            attempt_id=int(job["attempt_id"]),
+            attempt=int(job["attempt"]),
+            task=job["task"],
+            queue=job["queue"],
+            payload=job["payload"],
+            lease_expires_at=datetime.now(UTC),
+        )
+        notify = partial(self.send, {"op": "committed", "job_id": leased.job_id})
+        return ChildTransactions(
+            self, source.database, source.connections, source.ctx, leased, notify
+        )
+
+    def close(self) -> None:
+        """Close the connections this child opened."""
+        if self.transactions is not None:
+            asyncio.run(self.transactions.close())
+        self.app.close()
 
     def _stop(self, job_id: int) -> None:
         with self.lock:
@@ -159,7 +214,7 @@ class Child:
             _extend=partial(self._extend, job_id),
             _progress=partial(self._progress, job_id),
             _dependencies=partial(self.app.job_dependencies, job_id),
-            _transactions=cast("TaskTransactions", _NoTransactions()),
+            _transactions=self._transactions_for(job),
         )
         with self.lock:
             self.current = context
@@ -234,7 +289,7 @@ def main(argv: list[str]) -> int:
     child.send({"op": "ready", "pid": os.getpid()})
     code = child.serve()
     try:
-        app.close()
+        child.close()
     except Exception:  # leaving anyway: the worker recorded every attempt
         pass
     sys.stdout.flush()

@@ -89,6 +89,10 @@ class RunningJob:
     observed: Any = None  # the observer's per-job state (a span)
     entered = False  # an async task's wrapper has begun (see Executor._run_async)
     in_child = False  # a sync task sent to a child process (--pool process)
+    # The child's context.transaction(): its COMMIT is under way (the worker
+    # agreed), and then done (the attempt is recorded by it).
+    child_committing = False
+    child_completed = False
     cancel_at_entry = False
     # context.set_progress (see ProgressWriter): the value waiting to be
     # written, its timer, and when the last write went out (monotonic).
@@ -360,12 +364,25 @@ class Executor:
             self._ended(rj, None if exc is not None else handle.result(), exc)
 
     def _child_message(self, rj: RunningJob, message: dict[str, Any]) -> None:
-        """Progress or a lease extension from the child running ``rj``."""
-        if message["op"] == "progress":
+        """Progress, a lease extension or a step of ``context.transaction()``
+        from the child running ``rj``."""
+        op = message["op"]
+        if op == "progress":
             if self.progress is not None:
                 self.progress.note(rj, str(message["text"]))
-            return
-        self._note_extend(rj, float(message["seconds"]))
+        elif op == "extend":
+            self._note_extend(rj, float(message["seconds"]))
+        elif op == "committing":
+            # From here the row may change under the heartbeat by this commit.
+            allowed = not (rj.lost or rj.timed_out)
+            rj.child_committing = allowed
+            assert self.pool is not None
+            self.pool.answer_commit(rj.job.job_id, allowed)
+        elif op == "commit_failed":
+            rj.child_committing = False
+        elif op == "committed":
+            rj.child_completed = True
+            self.running.pop(rj.job.job_id, None)
 
     def _child_done(self, rj: RunningJob, handle: asyncio.Future[ChildOutcome]) -> None:
         """The child answered for ``rj``, or died running it."""
@@ -379,6 +396,19 @@ class Executor:
             self.progress.flush(rj)
         self._release_slot()
         job = rj.job
+        if rj.child_completed:
+            self.running.pop(job.job_id, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded in its transaction",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                )
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -445,6 +475,8 @@ class Executor:
         rj.timer = None
         if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
+        if rj.child_committing:
+            return  # its transaction is recording the success
         rj.timed_out = True
         if rj.in_child:
             # A hard limit: the child is stopped; the slot frees when it is gone.
@@ -627,7 +659,7 @@ class Executor:
         if rj.in_child and self.pool is not None:
             # should_stop() now; a child still running after the grace is stopped.
             self.pool.stop_job(job_id)
-            self.loop.call_later(self.pool.kill_grace, self.pool.kill_job, job_id, "cancel")
+            self.loop.call_later(self.pool.kill_grace, self._stop_cancelled_child, rj)
         log.info(
             "cancel requested for running job",
             job_id=job_id,
@@ -636,10 +668,16 @@ class Executor:
             attempt=rj.job.attempt,
         )
 
+    def _stop_cancelled_child(self, rj: RunningJob) -> None:
+        """The kill grace after a cancel passed: stop the child if it still runs the job."""
+        if self.pool is None or rj.handle is None or rj.handle.done() or rj.child_committing:
+            return
+        self.pool.kill_job(rj.job.job_id, "cancel")
+
     def lose(self, job_id: int) -> None:
         """The lease was refused (reaped): stop treating the job as ours."""
         rj = self.running.get(job_id)
-        if rj is None or _completing_in_transaction(rj):
+        if rj is None or _completing_in_transaction(rj) or rj.child_committing:
             return  # the row changed because context.transaction() recorded the job
         del self.running[job_id]
         rj.lost = True

@@ -43,6 +43,8 @@ START_TIMEOUT = 60.0
 RESTART_BACKOFF = 2.0
 
 OnMessage = Callable[[dict[str, Any]], None]
+#: What a child says about its running job, handed to the job's ``on_message``.
+RELAYED = frozenset({"progress", "extend", "committing", "committed", "commit_failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +297,12 @@ class ProcessPool:
         elif any(p.job_id == job_id for p in self.pending):
             self.stop_early.add(job_id)
 
+    def answer_commit(self, job_id: int, allowed: bool) -> None:
+        """Let the child running ``job_id`` commit its ``context.transaction()`` (or not)."""
+        child = self.by_job.get(job_id)
+        if child is not None:
+            _send(child, {"op": "commit_ok" if allowed else "commit_refused"})
+
     def stop_all(self) -> None:
         """Shutdown: ``should_stop()`` turns true in every child running a job."""
         for job_id in list(self.by_job):
@@ -347,11 +355,7 @@ class ProcessPool:
                 entry = child.running
                 if op == "done" and entry is not None:
                     self._done(child, entry, message)
-                elif (
-                    op in ("progress", "extend")
-                    and entry is not None
-                    and message.get("job_id") == entry.job_id
-                ):
+                elif op in RELAYED and entry is not None and message.get("job_id") == entry.job_id:
                     entry.on_message(message)
         except (OSError, ValueError, asyncio.IncompleteReadError):
             pass

@@ -101,6 +101,19 @@ def grow(megabytes: int) -> int:
     return os.getpid()
 
 
+def in_transaction(key: str, fail_first: bool, context: pgqueue.JobContext) -> str:
+    """Writes a row and completes the job in one transaction (from the child);
+    with ``fail_first`` the first attempt raises inside the block."""
+    with context.transaction() as conn:
+        conn.execute(
+            "INSERT INTO public.task_events (kind, key, job_id, pid) VALUES ('tx', %s, %s, %s)",
+            (key, context.job_id, os.getpid()),
+        )
+        if fail_first and context.attempt == 1:
+            raise ValueError("rolled back")
+    return "not recorded: the job succeeded in its transaction"
+
+
 def fails() -> None:
     """An ordinary exception in a child: recorded like one in a thread."""
     raise ValueError("bad things")
@@ -115,6 +128,7 @@ TASKS: dict[Any, dict[str, Any]] = {
     die_once: dict(max_attempts=3, retry=QUICK_RETRIES, pass_context=True),
     hold: dict(pass_context=True),
     grow: dict(),
+    in_transaction: dict(pass_context=True, max_attempts=3, retry=QUICK_RETRIES),
     fails: dict(),
 }
 
