@@ -21,6 +21,7 @@ import asyncio
 import ctypes
 import os
 import queue
+import resource
 import signal
 import socket
 import sys
@@ -72,14 +73,10 @@ class ChildTransactions(TaskTransactions):
 
 
 def rss_bytes() -> int:
-    """This process's resident memory now (its peak where /proc is missing)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident memory so far: a task that reached the
+    limit and freed its memory before returning still reached it."""
+    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(usage if sys.platform == "darwin" else usage * 1024)  # bytes there, KiB here
 
 
 def _die_with_parent(parent: int) -> None:

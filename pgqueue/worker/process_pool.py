@@ -75,16 +75,16 @@ class ChildOutcome:
 
 
 def exit_status(returncode: int | None) -> str:
-    """``exited with status N`` or ``was killed by signal SIGKILL``."""
+    """``exited with exit status N`` or ``was killed by signal 9 (SIGKILL)``."""
     if returncode is None:
         return "died"
     if returncode < 0:
         try:
-            name = signal.Signals(-returncode).name
+            name = f" ({signal.Signals(-returncode).name})"
         except ValueError:
-            name = str(-returncode)
-        return f"was killed by signal {name}"
-    return f"exited with status {returncode}"
+            name = ""
+        return f"was killed by signal {-returncode}{name}"
+    return f"exited with exit status {returncode}"
 
 
 @dataclass(eq=False)

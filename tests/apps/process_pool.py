@@ -92,12 +92,15 @@ def hold(key: str, honour_stop: bool, context: pgqueue.JobContext) -> str:
     return "gave up"
 
 
-def grow(megabytes: int) -> int:
-    """Keeps ``megabytes`` of memory in its child; returns the child's pid."""
+def grow(megabytes: int, keep: bool = True) -> int:
+    """Touches ``megabytes`` of memory in its child, and keeps it there (``keep``)
+    or frees it before returning; returns the child's pid."""
     block = bytearray(megabytes * 1024 * 1024)
     for i in range(0, len(block), 4096):  # touch every page: resident, not just reserved
         block[i] = 1
-    _kept.append(block)
+    if keep:
+        _kept.append(block)
+    del block
     return os.getpid()
 
 

@@ -57,11 +57,12 @@ def test_pool_options_are_checked_once() -> None:
 
 
 def test_a_dead_child_is_described_by_its_status_or_signal() -> None:
-    assert exit_status(7) == "exited with status 7"
-    assert exit_status(-signal.SIGKILL) == "was killed by signal SIGKILL"
-    assert exit_status(-signal.SIGSEGV) == "was killed by signal SIGSEGV"
+    assert exit_status(7) == "exited with exit status 7"
+    assert exit_status(-signal.SIGKILL) == "was killed by signal 9 (SIGKILL)"
+    assert exit_status(-signal.SIGSEGV) == "was killed by signal 11 (SIGSEGV)"
+    assert exit_status(-200) == "was killed by signal 200"
     assert ChildOutcome(None, 42, -9).death() == (
-        "the child process (pid 42) running the task was killed by signal SIGKILL"
+        "the child process (pid 42) running the task was killed by signal 9 (SIGKILL)"
     )
 
 
