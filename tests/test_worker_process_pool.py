@@ -112,6 +112,14 @@ def test_sync_tasks_run_in_children_with_their_context_and_async_tasks_on_the_lo
     assert done.status is JobStatus.SUCCEEDED
     assert done.tags == [f"from-{enqueuing_id}"]
     assert done.result["pid"] in children
+    # before_enqueue ran where the enqueue happened (the child), and the
+    # middleware around each run in the child that ran it.
+    assert done.meta is not None
+    assert done.meta["enqueued_in"] in children
+    ran_in = {e["job_id"]: e["pid"] for e in task_events(db_dsn, "middleware")}
+    assert ran_in == {job_id: jobs[job_id].result["pid"] for job_id in sync_ids} | {
+        child_job: done.result["pid"]
+    }
 
     # An exception in a child is recorded as one in a thread would be.
     failing = pool_app.enqueue("fails", {}, max_attempts=1).job_id
@@ -340,3 +348,19 @@ def test_run_worker_from_python_finds_the_app_by_its_module(db_dsn: str) -> None
     assert results[0]["pid"] == results[1]["pid"] != os.getpid()
     assert results[0]["ppid"] == os.getpid()
     process_pool.app.close()
+
+
+@pytest.mark.slow
+def test_a_child_still_running_after_the_shutdown_timeout_is_stopped_and_its_job_handed_back(
+    workers: Workers, pool_app: pgqueue.App, db_dsn: str
+) -> None:
+    worker = spawn_pool(workers, "--concurrency", "1", "--shutdown-timeout", "1s")
+    children = children_of(worker.pid)
+    job_id = pool_app.enqueue("hold", {"key": "late", "honour_stop": False}).job_id
+    wait_until(lambda: task_events(db_dsn, "start") or None, GONE, "the task to start", [worker])
+    worker.send(signal.SIGTERM)
+    assert worker.wait_exit() == 0
+    wait_gone(children, "the children after the shutdown")
+    job = pool_app.get_job(job_id)
+    assert job.status is JobStatus.QUEUED  # handed back for another worker
+    assert worker.logged("handing unfinished jobs back")

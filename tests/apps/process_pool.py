@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pgqueue
@@ -136,9 +137,24 @@ TASKS: dict[Any, dict[str, Any]] = {
 }
 
 
+class WhereMiddleware(pgqueue.Middleware):
+    """Records where ``whoami`` runs (around it), and where a job that a task
+    enqueued was enqueued (``before_enqueue``, in its meta)."""
+
+    def process(self, context: pgqueue.JobContext, call_next: Callable[[], Any]) -> Any:
+        if context.task == "whoami":
+            record("middleware", None, context.job_id, pid=os.getpid())
+        return call_next()
+
+    def before_enqueue(self, spec: pgqueue.JobSpec) -> pgqueue.JobSpec:
+        if spec.tags and spec.tags[0].startswith("from-"):
+            return spec._replace(meta={"enqueued_in": os.getpid()})
+        return spec
+
+
 def build_app(dsn: str | None = None) -> pgqueue.App:
     """An App with every task above registered (the tests enqueue through one)."""
-    built = pgqueue.App(dsn)
+    built = pgqueue.App(dsn, middleware=[WhereMiddleware()])
     for func, options in TASKS.items():
         built.task(**options)(func)
     return built
