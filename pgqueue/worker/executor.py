@@ -122,6 +122,11 @@ def _nothing() -> None:
     pass
 
 
+#: With ``--pool process``: seconds the producer's wake-up waits, after a
+#: slot freed, for more slots to free (see Executor._release_child_slot).
+COALESCE = 0.002
+
+
 class Executor:
     """Starts jobs and turns their endings into completions.
 
@@ -155,6 +160,8 @@ class Executor:
         pool: ProcessPool | None = None,
     ) -> None:
         self.pool = pool  # --pool process: sync tasks run in its children
+        self.capacity_timer: asyncio.TimerHandle | None = None
+        self.coalesce_slots = max(1, concurrency // 2)
         self.dependencies = dependencies
         self.worker_id = worker_id
         self.live_settings: Mapping[str, TaskSettings] = (
@@ -628,12 +635,28 @@ class Executor:
 
     def _release_slot(self) -> None:
         self.busy -= 1
+        if self.pool is not None:
+            self._release_child_slot()
         # Only the producer waits for capacity, and only once every slot is
         # taken: the slot that ends a full house wakes it (not every slot).
-        if self.busy >= self.concurrency - 1:
+        elif self.busy >= self.concurrency - 1:
             self.capacity.set()
         if self.busy == 0:
             self.idle.set()
+
+    def _release_child_slot(self) -> None:
+        """Children answer one by one, each a little later than a thread would:
+        a lease per freed slot would cost a round trip per job. The producer
+        is woken once half the slots are free, else ``COALESCE`` seconds
+        after the first one freed, to lease what freed meanwhile in one go."""
+        if self.concurrency - self.busy >= self.coalesce_slots or self.busy == 0:
+            self.capacity.set()
+        elif self.capacity_timer is None:
+            self.capacity_timer = self.loop.call_later(COALESCE, self._capacity_now)
+
+    def _capacity_now(self) -> None:
+        self.capacity_timer = None
+        self.capacity.set()
 
     # --- requests from outside ---------------------------------------------------
 
