@@ -337,9 +337,15 @@ def test_the_app_path_is_found_among_imported_modules(pool_app: pgqueue.App) -> 
     assert find_app_path(process_pool.app) == "tests.apps.process_pool:app"
 
 
-def test_run_worker_from_python_finds_the_app_by_its_module(db_dsn: str) -> None:
+def test_run_worker_from_python_finds_the_app_by_its_module(
+    db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.apps import process_pool
+    from tests.apps.tasks import create_events_table
     from tests.inprocess_worker import finished, run_until
+
+    create_events_table(db_dsn)
+    monkeypatch.setenv("PGQUEUE_DSN", db_dsn)  # where the middleware records (children inherit it)
 
     process_pool.app.point_at(db_dsn)  # the children follow the worker's App here
     ids = [process_pool.app.enqueue("whoami", {}).job_id for _ in range(2)]
