@@ -219,6 +219,8 @@ def test_a_child_that_dies_fails_its_attempt_worker_crashed_and_the_retry_succee
     assert samples(
         families, "pgqueue_worker_children_replaced", "pgqueue_worker_children_replaced_total"
     ) == {(("reason", "crashed"),): 3.0}
+    pool = samples(families, "pgqueue_worker_pool_info", "pgqueue_worker_pool_info")
+    assert pool == {(("pool", "process"),): 1.0}
 
 
 @pytest.mark.slow

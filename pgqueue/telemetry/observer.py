@@ -134,6 +134,7 @@ def build_observer(
                 getattr(settings, "metrics_host", "0.0.0.0"),
                 running,
                 children,
+                getattr(settings, "pool", "thread"),
             )
         )
     from pgqueue.telemetry import tracing

@@ -91,8 +91,10 @@ class WorkerMetrics(WorkerObserver):
         version: str,
         running: Mapping[int, ObservedJob] | None = None,
         children: ChildCounts | None = None,
+        pool: str = "thread",
     ) -> None:
         self.children = children  # --pool process: its child processes
+        self.pool = pool  # where sync tasks run: thread or process
         self.worker_id = worker_id
         self.version = version
         self.tasks: dict[tuple[str, str], TaskStats] = {}
@@ -110,11 +112,12 @@ class WorkerMetrics(WorkerObserver):
         host: str = "0.0.0.0",
         running: Mapping[int, ObservedJob] | None = None,
         children: ChildCounts | None = None,
+        pool: str = "thread",
     ) -> WorkerMetrics:
         """Start the HTTP server on ``port`` (0: any free port, see ``.port``)
         with a registry holding only these metrics."""
         prometheus_client = _prometheus()
-        metrics = cls(worker_id, version, running, children)
+        metrics = cls(worker_id, version, running, children, pool)
         registry = prometheus_client.CollectorRegistry(auto_describe=False)
         registry.register(metrics)
         metrics.server, _thread = prometheus_client.start_http_server(
@@ -185,6 +188,13 @@ class WorkerMetrics(WorkerObserver):
         )
         info.add_metric([self.worker_id, self.version], 1)
         yield info
+        pool = GaugeMetricFamily(
+            "pgqueue_worker_pool_info",
+            "Where this worker runs sync tasks (--pool): thread or process.",
+            labels=["pool"],
+        )
+        pool.add_metric([self.pool], 1)
+        yield pool
         tasks = list(self.tasks.items())
         completed = CounterMetricFamily(
             "pgqueue_jobs_completed",
