@@ -89,6 +89,9 @@ def test_sync_tasks_run_in_children_with_their_context_and_async_tasks_on_the_lo
     worker = spawn_pool(workers, "--concurrency", "2")
     children = children_of(worker.pid)
     assert len(children) == 2  # --concurrency children, started before the worker registered
+    assert worker.registration()["pool"] == "process"  # type: ignore[index]
+    [registered] = pool_app.list_workers()
+    assert registered.pool == "process"  # as `pgqueue workers list` and the dashboard show it
 
     sync_ids = [pool_app.enqueue("whoami", {}, tags=["t1"], meta={"n": n}).job_id for n in range(4)]
     loop_id = pool_app.enqueue("on_the_loop", {}).job_id
