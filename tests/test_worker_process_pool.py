@@ -375,3 +375,39 @@ def test_a_child_still_running_after_the_shutdown_timeout_is_stopped_and_its_job
     job = pool_app.get_job(job_id)
     assert job.status is JobStatus.QUEUED  # handed back for another worker
     assert worker.logged("handing unfinished jobs back")
+
+
+FRAGILE_APP = """
+import os
+import pgqueue
+
+app = pgqueue.App()
+
+
+@app.task(max_attempts=3)
+def crash() -> None:
+    os._exit(3)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_start_replacement_children_stops_and_hands_its_jobs_back(
+    workers: Workers, pool_app: pgqueue.App, tmp_path: Path
+) -> None:
+    module = tmp_path / "fragile_app.py"
+    module.write_text(FRAGILE_APP)
+    worker = workers.spawn("--pool", "process", "--concurrency", "1", app=f"{module}:app")
+    worker.wait_registered()
+    module.unlink()  # the next child cannot import the App any more
+    job_id = pool_app.enqueue("crash", {}).job_id
+    assert worker.wait_exit() == 1
+    [stopping] = worker.logged("stopping the worker")
+    assert stopping["loop"] == "process pool"
+    assert "no such file" in stopping["error"]
+    assert len(worker.logged("could not start a replacement child process")) == 4
+    job = pool_app.get_job(job_id, history=True)
+    assert job.status is JobStatus.QUEUED  # its crash recorded, the job waits for another worker
+    history = attempts(pool_app, job_id)
+    assert history[0][1] == "worker_crashed"
+    assert [a[1] for a in history[1:]] in ([], [None])  # a retry leased and handed back
+    assert children_of(worker.pid) == set()

@@ -429,6 +429,18 @@ class Executor:
             return
         outcome = handle.result()
         message = outcome.message
+        if outcome.handed_back:  # no child could take it: back to the queue
+            self.running.pop(job.job_id, None)
+            self.completer.nack([rj])
+            self.observer.finished(rj, "released", None)
+            log.warning(
+                "no child process can run the job; handing it back",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
+            return
         if message is None:
             if rj.cancel_requested:
                 failure = Failure(

@@ -152,6 +152,7 @@ class JobParts:
                 kill_grace=settings.kill_grace,
                 max_tasks_per_child=settings.max_tasks_per_child,
                 max_memory_per_child=settings.max_memory_per_child,
+                on_fatal=on_fatal,
             )
         # Metrics and tracing hooks (the no-op observer when neither is on).
         observer = build_observer(settings, __version__, running, pool)

@@ -41,6 +41,9 @@ log = structlog.get_logger("pgqueue.worker")
 START_TIMEOUT = 60.0
 #: Seconds between attempts to start a replacement that failed to start.
 RESTART_BACKOFF = 2.0
+#: Replacements that failed to start in a row before the pool gives up (the
+#: worker then stops the graceful way: its jobs go back to the queue).
+RESTART_ATTEMPTS = 5
 
 OnMessage = Callable[[dict[str, Any]], None]
 #: What a child says about its running job, handed to the job's ``on_message``.
@@ -61,11 +64,13 @@ class ChildSpec:
 class ChildOutcome:
     """How a job handed to a child ended: the child's ``done`` message, or
     (``message`` None) the child died first (``returncode``), or the job
-    never reached a child (``pid`` None)."""
+    never reached a child (``pid`` None; ``handed_back``: no child will ever
+    take it, the pool gave up, so it goes back to the queue)."""
 
     message: dict[str, Any] | None
     pid: int | None = None
     returncode: int | None = None
+    handed_back: bool = False
 
     def death(self) -> str:
         """The child's death in words (for ``worker_crashed``)."""
@@ -123,7 +128,9 @@ class ProcessPool:
         kill_grace: float,
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,
+        on_fatal: Callable[[str, BaseException], None] | None = None,
     ) -> None:
+        self.on_fatal = on_fatal  # told when no replacement child can start
         self.spec = spec
         self.size = size
         self.kill_grace = kill_grace
@@ -136,6 +143,7 @@ class ProcessPool:
         self.stop_early: set[int] = set()  # stopped before they reached a child
         self.starting: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.broken = False  # replacements stopped starting: the worker is stopping
         #: Children started and replaced, by reason (crashed, timeout, max_tasks, ...).
         self.started_count = 0
         self.replaced: dict[str, int] = {}
@@ -234,10 +242,16 @@ class ProcessPool:
         task.add_done_callback(self.starting.discard)
 
     async def _respawn(self) -> None:
+        failures = 0
         while not self.closing:
             try:
                 child = await self._spawn()
             except Exception as exc:
+                failures += 1
+                if failures >= RESTART_ATTEMPTS and self.on_fatal is not None:
+                    self._give_up()
+                    self.on_fatal("process pool", exc)
+                    return
                 log.error(
                     "could not start a replacement child process; retrying",
                     error=str(exc),
@@ -247,6 +261,14 @@ class ProcessPool:
                 continue
             log.info("child process started", pid=child.pid)
             return
+
+    def _give_up(self) -> None:
+        """No child can start: jobs waiting for one go back to the queue."""
+        self.broken = True
+        while self.pending:
+            entry = self.pending.popleft()
+            if not entry.future.done():
+                entry.future.set_result(ChildOutcome(None, handed_back=True))
 
     # --- jobs --------------------------------------------------------------------
 
@@ -267,8 +289,8 @@ class ProcessPool:
         }
         future: asyncio.Future[ChildOutcome] = asyncio.get_running_loop().create_future()
         entry = _Pending(message, future, on_message, job.job_id)
-        if self.closing:
-            future.set_result(ChildOutcome(None))
+        if self.closing or self.broken:
+            future.set_result(ChildOutcome(None, handed_back=self.broken))
         elif self.idle:
             self._dispatch(self.idle.popleft(), entry)
         else:
