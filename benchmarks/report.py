@@ -53,6 +53,12 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("neighbour_p99_ms_heavy", "... heavy neighbours", False),
         ("neighbour_p99_ms_limited", "... neighbours rate-limited", False),
     ],
+    "pool": [
+        ("cpu_ratio", "CPU-bound process/thread", True),
+        ("noop_ratio", "no-op process/thread", True),
+        ("noop_process", "no-op process jobs/s", True),
+        ("overhead_worker_cpu_us", "process pool +worker CPU us/job", False),
+    ],
     "workflows": [
         ("enqueue_ratio", "fan-in enqueue/plain time", False),
         ("leaf_ack_batch1_1p_cpu_ratio", "leaf/plain ack CPU 1p", False),

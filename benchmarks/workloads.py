@@ -16,6 +16,7 @@ from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
 from benchmarks.http import w_http
 from benchmarks.life import w_life
+from benchmarks.process_pool import w_pool
 from benchmarks.soak import w_soak
 from benchmarks.workers import WorkerGroup
 from benchmarks.workflows import w_workflows
@@ -551,6 +552,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "dashboard": w_dashboard,
     "http": w_http,
     "workflows": w_workflows,
+    "pool": w_pool,
 }
 
 ALIASES: dict[str, list[str]] = {

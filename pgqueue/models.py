@@ -359,7 +359,8 @@ class WorkerInfo:
     """A registered worker: ``state`` is ``"alive"``, ``"stale"`` (heartbeat
     late) or ``"lost"`` (declared lost at ``lost_at``); ``running`` counts the
     jobs it still holds; ``version`` is its pgqueue version (None: the worker
-    did not report one)."""
+    did not report one); ``pool`` is where it runs sync tasks, ``"thread"``
+    or ``"process"`` (None: not reported, e.g. a worker of the HTTP API)."""
 
     id: str
     host: str
@@ -374,6 +375,7 @@ class WorkerInfo:
     state: str
     running: int
     version: str | None = None
+    pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

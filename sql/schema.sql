@@ -369,10 +369,12 @@ CREATE TABLE {schema}.workers (
     lost_at timestamp with time zone,
     version text,
     token_hash bytea,
+    pool text,
     CONSTRAINT workers_pkey PRIMARY KEY (id)
 );
 COMMENT ON TABLE {schema}.workers IS 'Running workers and their heartbeats (register_worker, heartbeat_worker).';
 COMMENT ON COLUMN {schema}.workers.token_hash IS 'SHA-256 of the worker''s secret: only its holder may update or remove the row.';
+COMMENT ON COLUMN {schema}.workers.pool IS 'Where the worker runs sync tasks: thread or process (--pool); NULL: not reported (a worker of the SQL or HTTP API).';
 COMMENT ON COLUMN {schema}.workers.lost_at IS 'When the reaper declared the worker lost (silent for too long).';
 
 CREATE TABLE {schema}.schedules (
@@ -3481,7 +3483,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.register_worker(p_worker_id text, p_token text, p_host text, p_pid integer, p_queues text[], p_concurrency integer, p_tasks text[], p_version text) RETURNS void
+CREATE FUNCTION {schema}.register_worker(p_worker_id text, p_token text, p_host text, p_pid integer, p_queues text[], p_concurrency integer, p_tasks text[], p_version text, p_pool text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3490,14 +3492,18 @@ DECLARE
 BEGIN
     PERFORM {schema}.check_worker(p_worker_id, p_token, p_host, p_pid, p_queues, p_concurrency,
                                   p_tasks, p_version);
+    IF p_pool IS NOT NULL AND p_pool NOT IN ('thread', 'process') THEN
+        RAISE EXCEPTION 'pgqueue: worker pool must be thread or process, got %', p_pool
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO {schema}.workers AS w
-        (id, host, pid, queues, concurrency, tasks, version, token_hash)
+        (id, host, pid, queues, concurrency, tasks, version, token_hash, pool)
     VALUES (p_worker_id, p_host, p_pid, p_queues, p_concurrency, p_tasks, p_version,
-            sha256(convert_to(p_token, 'UTF8')))
+            sha256(convert_to(p_token, 'UTF8')), p_pool)
     ON CONFLICT (id) DO UPDATE
     SET host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
         concurrency = EXCLUDED.concurrency, tasks = EXCLUDED.tasks, version = EXCLUDED.version,
-        last_heartbeat_at = now(), lost_at = NULL
+        pool = EXCLUDED.pool, last_heartbeat_at = now(), lost_at = NULL
     WHERE w.token_hash = EXCLUDED.token_hash;
     GET DIAGNOSTICS v_n = ROW_COUNT;
     IF v_n = 0 THEN
@@ -3508,7 +3514,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.heartbeat_worker(p_worker_id text, p_token text, p_host text, p_pid integer, p_queues text[], p_concurrency integer, p_tasks text[], p_version text) RETURNS boolean
+CREATE FUNCTION {schema}.heartbeat_worker(p_worker_id text, p_token text, p_host text, p_pid integer, p_queues text[], p_concurrency integer, p_tasks text[], p_version text, p_pool text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3517,10 +3523,14 @@ DECLARE
 BEGIN
     PERFORM {schema}.check_worker(p_worker_id, p_token, p_host, p_pid, p_queues, p_concurrency,
                                   p_tasks, p_version);
+    IF p_pool IS NOT NULL AND p_pool NOT IN ('thread', 'process') THEN
+        RAISE EXCEPTION 'pgqueue: worker pool must be thread or process, got %', p_pool
+            USING ERRCODE = '22023';
+    END IF;
     INSERT INTO {schema}.workers AS w
-        (id, host, pid, queues, concurrency, tasks, version, token_hash)
+        (id, host, pid, queues, concurrency, tasks, version, token_hash, pool)
     VALUES (p_worker_id, p_host, p_pid, p_queues, p_concurrency, p_tasks, p_version,
-            sha256(convert_to(p_token, 'UTF8')))
+            sha256(convert_to(p_token, 'UTF8')), p_pool)
     ON CONFLICT (id) DO UPDATE SET last_heartbeat_at = now(), lost_at = NULL
     WHERE w.token_hash = EXCLUDED.token_hash;
     GET DIAGNOSTICS v_n = ROW_COUNT;

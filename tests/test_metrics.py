@@ -69,6 +69,9 @@ def test_worker_serves_metrics_matching_the_jobs_it_ran(
         (("version", pgqueue.__version__), ("worker_id", registration["id"])): 1.0,
     }
     assert "pgqueue_database_errors" in families
+    pool = samples(families, "pgqueue_worker_pool_info", "pgqueue_worker_pool_info")
+    assert pool == {(("pool", "thread"),): 1.0}
+    assert "pgqueue_worker_children" not in families  # only with --pool process
 
 
 def test_metrics_port_is_validated() -> None:

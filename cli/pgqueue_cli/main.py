@@ -252,6 +252,34 @@ def worker(
             help="auto (uvloop when installed, e.g. by pgqueue[speed]), asyncio or uvloop.",
         ),
     ] = "auto",
+    pool: Annotated[
+        str,
+        typer.Option(
+            help="Where sync tasks run: thread (threads of this process) or process "
+            "(--concurrency child processes with hard time limits; async tasks stay on "
+            "the event loop).",
+        ),
+    ] = "thread",
+    kill_grace: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="--pool process: time between SIGTERM and SIGKILL of a child past its "
+            "task's timeout, and between a cancel and stopping the child, e.g. 5s.",
+        ),
+    ] = "5s",
+    max_tasks_per_child: Annotated[
+        int | None,
+        typer.Option(help="--pool process: replace a child after this many tasks.", min=1),
+    ] = None,
+    max_memory_per_child: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="--pool process: replace a child after the task that leaves it at or "
+            "above this resident memory, e.g. 512MB or 1GiB.",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker: lease jobs in batches, run them, record every attempt.
 
@@ -276,6 +304,11 @@ def worker(
         # An App() that names no DSN reads PGQUEUE_DSN when the module is imported.
         os.environ["PGQUEUE_DSN"] = state.dsn
     grace = parsing.duration("--unknown-task-grace", unknown_task_grace)
+    if pool not in ("thread", "process"):
+        raise InvalidOption(f"--pool must be thread or process, got {pool!r}")
+    kill = parsing.duration("--kill-grace", kill_grace)
+    if pool != "process" and (max_tasks_per_child is not None or max_memory_per_child):
+        raise InvalidOption("--max-tasks-per-child and --max-memory-per-child need --pool process")
     application = apps.load_app(app_path)
     if isinstance(application, pgqueue.Router):  # serves every App of the router
         for routed in application.apps.values():
@@ -298,6 +331,11 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         event_loop=event_loop,
+        pool=pool,
+        app_path=app_path if pool == "process" else None,
+        kill_grace=kill.total_seconds(),
+        max_tasks_per_child=max_tasks_per_child,
+        max_memory_per_child=max_memory_per_child,
     )
 
 

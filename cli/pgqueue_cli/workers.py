@@ -24,7 +24,7 @@ def list_(as_json: JsonOption = False) -> None:
 
     With --json: a list of {id, host, pid, queues, concurrency, tasks,
     started_at, last_heartbeat_at, lost_at, heartbeat_age_seconds, state, running,
-    version}.
+    version, pool}.
 
     Examples:
 
@@ -42,6 +42,7 @@ def list_(as_json: JsonOption = False) -> None:
             w.host,
             w.pid,
             w.version or "-",
+            w.pool or "-",
             output.fmt_age(w.heartbeat_age_seconds),
             output.fmt_time(w.lost_at) if w.lost_at else "-",
             w.running,
@@ -56,6 +57,7 @@ def list_(as_json: JsonOption = False) -> None:
         "host",
         "pid",
         "version",
+        "pool",
         "heartbeat",
         "lost at",
         "running",

@@ -278,6 +278,7 @@ def list_workers() -> Op[list[WorkerInfo]]:
             state=r["state"],
             running=int(r["running"]),
             version=r["version"],
+            pool=r["pool"],
         )
         for r in rows
     ]

@@ -36,6 +36,15 @@ class ObservedJob(Protocol):
     def handle(self) -> asyncio.Future[Any] | None: ...
 
 
+class ChildCounts(Protocol):
+    """What the metrics read of a process pool (``--pool process``) at scrape time."""
+
+    @property
+    def alive(self) -> int: ...
+    @property
+    def replaced(self) -> Mapping[str, int]: ...
+
+
 class WorkerObserver:
     """No-op base: subclasses override what they need."""
 
@@ -102,12 +111,16 @@ class Observers(WorkerObserver):
 
 
 def build_observer(
-    settings: Any, version: str, running: Mapping[int, ObservedJob]
+    settings: Any,
+    version: str,
+    running: Mapping[int, ObservedJob],
+    children: ChildCounts | None = None,
 ) -> WorkerObserver:
     """The observer for a worker's settings: metrics when ``metrics_port`` is
     set, tracing when opentelemetry is installed and a tracer provider is
     configured; the no-op observer otherwise. ``running`` is the executor's
-    table of jobs not yet recorded (read, never changed)."""
+    table of jobs not yet recorded (read, never changed); ``children`` counts
+    the child processes of ``--pool process``."""
     observers: list[WorkerObserver] = []
     port = getattr(settings, "metrics_port", None)
     if port is not None:
@@ -120,6 +133,8 @@ def build_observer(
                 version,
                 getattr(settings, "metrics_host", "0.0.0.0"),
                 running,
+                children,
+                getattr(settings, "pool", "thread"),
             )
         )
     from pgqueue.telemetry import tracing

@@ -24,7 +24,7 @@ import structlog
 
 from pgqueue.errors import InvalidOption
 from pgqueue.telemetry.errors import DATABASE_ERRORS
-from pgqueue.telemetry.observer import ObservedJob, WorkerObserver
+from pgqueue.telemetry.observer import ChildCounts, ObservedJob, WorkerObserver
 
 if TYPE_CHECKING:
     from pgqueue.models import LeasedJob
@@ -86,8 +86,15 @@ class WorkerMetrics(WorkerObserver):
     wants_lease_details = True
 
     def __init__(
-        self, worker_id: str, version: str, running: Mapping[int, ObservedJob] | None = None
+        self,
+        worker_id: str,
+        version: str,
+        running: Mapping[int, ObservedJob] | None = None,
+        children: ChildCounts | None = None,
+        pool: str = "thread",
     ) -> None:
+        self.children = children  # --pool process: its child processes
+        self.pool = pool  # where sync tasks run: thread or process
         self.worker_id = worker_id
         self.version = version
         self.tasks: dict[tuple[str, str], TaskStats] = {}
@@ -104,11 +111,13 @@ class WorkerMetrics(WorkerObserver):
         version: str,
         host: str = "0.0.0.0",
         running: Mapping[int, ObservedJob] | None = None,
+        children: ChildCounts | None = None,
+        pool: str = "thread",
     ) -> WorkerMetrics:
         """Start the HTTP server on ``port`` (0: any free port, see ``.port``)
         with a registry holding only these metrics."""
         prometheus_client = _prometheus()
-        metrics = cls(worker_id, version, running)
+        metrics = cls(worker_id, version, running, children, pool)
         registry = prometheus_client.CollectorRegistry(auto_describe=False)
         registry.register(metrics)
         metrics.server, _thread = prometheus_client.start_http_server(
@@ -179,6 +188,13 @@ class WorkerMetrics(WorkerObserver):
         )
         info.add_metric([self.worker_id, self.version], 1)
         yield info
+        pool = GaugeMetricFamily(
+            "pgqueue_worker_pool_info",
+            "Where this worker runs sync tasks (--pool): thread or process.",
+            labels=["pool"],
+        )
+        pool.add_metric([self.pool], 1)
+        yield pool
         tasks = list(self.tasks.items())
         completed = CounterMetricFamily(
             "pgqueue_jobs_completed",
@@ -224,3 +240,18 @@ class WorkerMetrics(WorkerObserver):
         for kind, n in list(DATABASE_ERRORS.items()):
             errors.add_metric([kind], n)
         yield errors
+        if self.children is not None:
+            alive = GaugeMetricFamily(
+                "pgqueue_worker_children", "Child processes alive (--pool process)."
+            )
+            alive.add_metric([], self.children.alive)
+            yield alive
+            replaced = CounterMetricFamily(
+                "pgqueue_worker_children_replaced",
+                "Child processes replaced, by reason (crashed, timeout, cancel, max_tasks, "
+                "max_memory, lease_lost, shutdown).",
+                labels=["reason"],
+            )
+            for reason, n in sorted(self.children.replaced.items()):
+                replaced.add_metric([reason], n)
+            yield replaced

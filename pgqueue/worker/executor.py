@@ -1,11 +1,13 @@
-"""Runs leased jobs: async tasks on the event loop, sync tasks in a thread pool.
+"""Runs leased jobs: async tasks on the event loop, sync tasks in a thread pool
+(or, with ``--pool process``, in child processes: :mod:`pgqueue.worker.process_pool`).
 
 Each job's outcome (return value, Retry, Permanent, other exception, timeout,
 cancel) is classified here and handed to the completer. ``running`` holds
 every job whose attempt is not yet recorded in the database (executing, or
 finished and waiting for the completer's flush): the heartbeat extends
 exactly these. ``busy`` counts occupied slots; a sync task abandoned after
-its timeout keeps its slot until its thread returns.
+its timeout keeps its slot until its thread returns; a child past its
+timeout is killed, and its slot frees when it is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.process_pool import ChildOutcome, ProcessPool
     from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
@@ -85,6 +88,11 @@ class RunningJob:
     extend_requests = 0  # counts context.extend() calls, see Heartbeat
     observed: Any = None  # the observer's per-job state (a span)
     entered = False  # an async task's wrapper has begun (see Executor._run_async)
+    in_child = False  # a sync task sent to a child process (--pool process)
+    # The child's context.transaction(): its COMMIT is under way (the worker
+    # agreed), and then done (the attempt is recorded by it).
+    child_committing = False
+    child_completed = False
     cancel_at_entry = False
     # context.set_progress (see ProgressWriter): the value waiting to be
     # written, its timer, and when the last write went out (monotonic).
@@ -112,6 +120,11 @@ Dependencies = Callable[[int], tuple[int | None, list[tuple[str, str, Any]]]]
 
 def _nothing() -> None:
     pass
+
+
+#: With ``--pool process``: seconds the producer's wake-up waits, after a
+#: slot freed, for more slots to free (see Executor._release_child_slot).
+COALESCE = 0.002
 
 
 class Executor:
@@ -144,7 +157,11 @@ class Executor:
         live_settings: Mapping[str, TaskSettings] | None = None,
         unknown_task_grace: float = 3600.0,
         heartbeat_wake: Callable[[], None] = _nothing,
+        pool: ProcessPool | None = None,
     ) -> None:
+        self.pool = pool  # --pool process: sync tasks run in its children
+        self.capacity_timer: asyncio.TimerHandle | None = None
+        self.coalesce_slots = max(1, concurrency // 2)
         self.dependencies = dependencies
         self.worker_id = worker_id
         self.live_settings: Mapping[str, TaskSettings] = (
@@ -232,7 +249,8 @@ class Executor:
         if self.busy == 1:
             self.idle.clear()
         kwargs: dict[str, Any] = job.payload
-        if task.pass_context or self.middleware:
+        in_child = self.pool is not None and not task.is_async
+        if not in_child and (task.pass_context or self.middleware):
             if self.transactions is not None:
                 # Once its block commits the attempt is recorded: the job leaves ``running``.
                 rj.transactions = self.transactions.for_job(
@@ -275,6 +293,14 @@ class Executor:
                 queue=job.queue,
                 attempt=job.attempt,
             )
+        if in_child:
+            assert self.pool is not None
+            # The child runs the middleware and builds the context; the
+            # outcome comes back as its message (or its death).
+            rj.in_child = True
+            rj.handle = self.pool.submit(job, partial(self._child_message, rj))
+            rj.handle.add_done_callback(partial(self._child_done, rj))
+            return
         run_context = self.observer.run_context(rj) if self.observing else None
         if task.is_async:
             try:
@@ -344,11 +370,139 @@ class Executor:
             exc = handle.exception()
             self._ended(rj, None if exc is not None else handle.result(), exc)
 
+    def _child_message(self, rj: RunningJob, message: dict[str, Any]) -> None:
+        """Progress, a lease extension or a step of ``context.transaction()``
+        from the child running ``rj``."""
+        op = message["op"]
+        if op == "progress":
+            if self.progress is not None:
+                self.progress.note(rj, str(message["text"]))
+        elif op == "extend":
+            self._note_extend(rj, float(message["seconds"]))
+        elif op == "committing":
+            # From here the row may change under the heartbeat by this commit.
+            allowed = not (rj.lost or rj.timed_out)
+            rj.child_committing = allowed
+            assert self.pool is not None
+            self.pool.answer_commit(rj.job.job_id, allowed)
+        elif op == "commit_failed":
+            rj.child_committing = False
+        elif op == "committed":
+            rj.child_completed = True
+            self.running.pop(rj.job.job_id, None)
+
+    def _child_done(self, rj: RunningJob, handle: asyncio.Future[ChildOutcome]) -> None:
+        """The child answered for ``rj``, or died running it."""
+        if rj.timed_out:  # already recorded as a timeout; the child is gone, the slot free
+            self._release_slot()
+            return
+        if rj.timer is not None:
+            rj.timer.cancel()
+            rj.timer = None
+        if rj.progress_timer is not None and self.progress is not None:
+            self.progress.flush(rj)
+        self._release_slot()
+        job = rj.job
+        if rj.child_completed:
+            self.running.pop(job.job_id, None)
+            if self.log_successes:
+                self.jlog.info(
+                    "job succeeded in its transaction",
+                    job_id=job.job_id,
+                    task=job.task,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    duration_ms=_ms_since(rj.started),
+                    outcome="succeeded",
+                )
+            return
+        if rj.lost:
+            self.running.pop(job.job_id, None)
+            log.warning(
+                "job finished after its lease was lost; outcome discarded",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
+            self.observer.finished(rj, "lease_lost", None)
+            return
+        outcome = handle.result()
+        message = outcome.message
+        if outcome.handed_back:  # no child could take it: back to the queue
+            self.running.pop(job.job_id, None)
+            self.completer.nack([rj])
+            self.observer.finished(rj, "released", None)
+            log.warning(
+                "no child process can run the job; handing it back",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+            )
+            return
+        if message is None:
+            if rj.cancel_requested:
+                failure = Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.CANCELLED,
+                    "cancelled",
+                    "cancelled while running: the child process was stopped",
+                )
+            else:
+                failure = Failure(
+                    job.job_id,
+                    job.attempt_id,
+                    AttemptOutcome.FAILED,
+                    "worker_crashed",
+                    f"{outcome.death()} while running task {job.task!r}",
+                )
+            self._record_failure(rj, failure, _ms_since(rj.started))
+            return
+        failed = message.get("failure")
+        if failed is not None:
+            failure = Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome(failed["outcome"]),
+                str(failed["code"]),
+                str(failed["message"]),
+                failed.get("trace"),
+                retry_delay=failed.get("delay"),
+                permanent=bool(failed.get("permanent")),
+            )
+            self._record_failure(rj, failure, _ms_since(rj.started))
+            return
+        result: str | None = message.get("result")
+        unstored = message.get("unstored")
+        if unstored is not None:
+            result = UnstoredResult(unstored)
+            self.jlog.warning(
+                "job succeeded but its result was not stored",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                reason=unstored,
+            )
+        self.completer.ack(rj, result)
+        if self.log_successes or self.observing:
+            self._succeeded(rj)
+
     def _on_timeout(self, rj: RunningJob) -> None:
         rj.timer = None
         if rj.handle is None or rj.handle.done() or _completed_in_transaction(rj):
             return
+        if rj.child_committing:
+            return  # its transaction is recording the success
         rj.timed_out = True
+        if rj.in_child:
+            # A hard limit: the child is stopped; the slot frees when it is gone.
+            assert self.pool is not None
+            self.pool.kill_job(rj.job.job_id, "timeout")
+            self._record_failure(rj, self._timeout_failure(rj))
+            return
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)  # _run_async records the timeout
             return
@@ -455,39 +609,7 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
-        if isinstance(exc, Snooze | Retry):
-            # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
-            outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                outcome,
-                outcome.value,
-                str(exc),
-                retry_delay=exc.delay,
-            )
-        code, message, trace = describe_error(exc)
-        if isinstance(exc, Permanent):
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.FAILED,
-                code,
-                message,
-                trace,
-                permanent=True,
-            )
-        if isinstance(exc, TypeError) and rj.task is not None and not _accepts(rj, job.payload):
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.FAILED,
-                "invalid_payload",
-                f"payload does not match the parameters of task {job.task!r}: {message}",
-                trace,
-                permanent=True,
-            )
-        return Failure(job.job_id, job.attempt_id, AttemptOutcome.FAILED, code, message, trace)
+        return failure_of(job.job_id, job.attempt_id, classify_exception(exc, rj.task, job.payload))
 
     def _record_failure(
         self,
@@ -525,12 +647,28 @@ class Executor:
 
     def _release_slot(self) -> None:
         self.busy -= 1
+        if self.pool is not None:
+            self._release_child_slot()
         # Only the producer waits for capacity, and only once every slot is
         # taken: the slot that ends a full house wakes it (not every slot).
-        if self.busy >= self.concurrency - 1:
+        elif self.busy >= self.concurrency - 1:
             self.capacity.set()
         if self.busy == 0:
             self.idle.set()
+
+    def _release_child_slot(self) -> None:
+        """Children answer one by one, each a little later than a thread would:
+        a lease per freed slot would cost a round trip per job. The producer
+        is woken once half the slots are free, else ``COALESCE`` seconds
+        after the first one freed, to lease what freed meanwhile in one go."""
+        if self.concurrency - self.busy >= self.coalesce_slots or self.busy == 0:
+            self.capacity.set()
+        elif self.capacity_timer is None:
+            self.capacity_timer = self.loop.call_later(COALESCE, self._capacity_now)
+
+    def _capacity_now(self) -> None:
+        self.capacity_timer = None
+        self.capacity.set()
 
     # --- requests from outside ---------------------------------------------------
 
@@ -553,6 +691,10 @@ class Executor:
             rj.context.request_stop()
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)
+        if rj.in_child and self.pool is not None:
+            # should_stop() now; a child still running after the grace is stopped.
+            self.pool.stop_job(job_id)
+            self.loop.call_later(self.pool.kill_grace, self._stop_cancelled_child, rj)
         log.info(
             "cancel requested for running job",
             job_id=job_id,
@@ -561,10 +703,16 @@ class Executor:
             attempt=rj.job.attempt,
         )
 
+    def _stop_cancelled_child(self, rj: RunningJob) -> None:
+        """The kill grace after a cancel passed: stop the child if it still runs the job."""
+        if self.pool is None or rj.handle is None or rj.handle.done() or rj.child_committing:
+            return
+        self.pool.kill_job(rj.job.job_id, "cancel")
+
     def lose(self, job_id: int) -> None:
         """The lease was refused (reaped): stop treating the job as ours."""
         rj = self.running.get(job_id)
-        if rj is None or _completing_in_transaction(rj):
+        if rj is None or _completing_in_transaction(rj) or rj.child_committing:
             return  # the row changed because context.transaction() recorded the job
         del self.running[job_id]
         rj.lost = True
@@ -572,6 +720,8 @@ class Executor:
             rj.context.request_stop()
         if rj.task is not None and rj.task.is_async:
             self._cancel_async(rj)
+        if rj.in_child and self.pool is not None:
+            self.pool.kill_job(job_id, "lease_lost")
         log.error(
             "lease lost: the job was reclaimed while this worker ran it",
             job_id=job_id,
@@ -585,6 +735,8 @@ class Executor:
         for rj in self.running.values():
             if rj.context is not None:
                 rj.context.request_stop()
+        if self.pool is not None:
+            self.pool.stop_all()
 
     def unfinished(self) -> list[RunningJob]:
         """Jobs still executing (not yet handed to the completer)."""
@@ -602,12 +754,67 @@ class Executor:
             self.observer.finished(rj, "released", None)
             if rj.task is not None and rj.task.is_async:
                 self._cancel_async(rj)
+            if rj.in_child and self.pool is not None:
+                self.pool.kill_job(rj.job.job_id, "shutdown")
+
+    async def start_pool(self) -> None:
+        """Start the child processes (``--pool process``) before any lease."""
+        if self.pool is not None:
+            await self.pool.start()
+
+    async def close_pool(self) -> None:
+        """Stop every child process; none outlives the worker."""
+        if self.pool is not None:
+            await self.pool.close()
 
     def close(self) -> int:
         """Release the thread pool; returns how many sync tasks are still running
         (abandoned after a timeout or handed back at shutdown)."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         return self.threads_busy
+
+
+#: How a task's exception is recorded: the fields of a Failure after its ids.
+Classified = tuple[AttemptOutcome, str, str, str | None, float | None, bool]
+
+
+def classify_exception(
+    exc: BaseException, task: RunnableTask | None, payload: dict[str, Any]
+) -> Classified:
+    """(outcome, error code, message, traceback, retry delay, permanent) of a
+    task's exception: in the worker, and in a ``--pool process`` child."""
+    if isinstance(exc, Snooze | Retry):
+        # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
+        outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
+        return outcome, outcome.value, str(exc), None, exc.delay, False
+    code, message, trace = describe_error(exc)
+    if isinstance(exc, Permanent):
+        return AttemptOutcome.FAILED, code, message, trace, None, True
+    if isinstance(exc, TypeError) and task is not None and not _accepts(task, payload):
+        return (
+            AttemptOutcome.FAILED,
+            "invalid_payload",
+            f"payload does not match the parameters of task {task.name!r}: {message}",
+            trace,
+            None,
+            True,
+        )
+    return AttemptOutcome.FAILED, code, message, trace, None, False
+
+
+def failure_of(job_id: int, attempt_id: int, classified: Classified) -> Failure:
+    """The Failure to record for a classified exception."""
+    outcome, code, message, trace, delay, permanent = classified
+    return Failure(
+        job_id,
+        attempt_id,
+        outcome,
+        code,
+        message,
+        trace,
+        retry_delay=delay,
+        permanent=permanent,
+    )
 
 
 def _completed_in_transaction(rj: RunningJob) -> bool:
@@ -624,14 +831,13 @@ def _ms_since(started: float) -> float:
     return round((time.monotonic() - started) * 1000, 3)
 
 
-def _accepts(rj: RunningJob, payload: dict[str, Any]) -> bool:
+def _accepts(task: RunnableTask, payload: dict[str, Any]) -> bool:
     """Whether the task's signature accepts the payload (checked only after a TypeError)."""
-    assert rj.task is not None
     kwargs = dict(payload)
-    if rj.task.pass_context:
+    if task.pass_context:
         kwargs["context"] = None
     try:
-        inspect.signature(rj.task.func).bind(**kwargs)
+        inspect.signature(task.func).bind(**kwargs)
     except TypeError:
         return False
     return True

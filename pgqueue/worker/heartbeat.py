@@ -49,6 +49,7 @@ def _upsert_worker(query: str, settings: WorkerSettings, token: str, tasks: list
             "concurrency": settings.concurrency,
             "tasks": tasks,
             "version": __version__,
+            "pool": settings.pool,
         },
         fetch="one",
     )

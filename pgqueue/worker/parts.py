@@ -15,11 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pgqueue.errors import InvalidOption
 from pgqueue.telemetry.observer import WorkerObserver, build_observer
 from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.process_pool import ChildSpec, ProcessPool
 from pgqueue.worker.progress import ProgressWriter
 from pgqueue.worker.task_settings import LiveTaskSettings
 from pgqueue.worker.task_transaction import TaskTransactionSource
@@ -140,8 +142,20 @@ class JobParts:
         running: dict[int, RunningJob] = {}
         connected = asyncio.Event()
         extend_now = asyncio.Event()  # context.extend() wakes the heartbeat
+        pool = None
+        if settings.pool == "process":
+            if settings.app_path is None:
+                raise InvalidOption("pool='process' needs the App's import path (app_path)")
+            pool = ProcessPool(
+                ChildSpec(settings.app_path, app.dsn, app.schema),
+                settings.concurrency,
+                kill_grace=settings.kill_grace,
+                max_tasks_per_child=settings.max_tasks_per_child,
+                max_memory_per_child=settings.max_memory_per_child,
+                on_fatal=on_fatal,
+            )
         # Metrics and tracing hooks (the no-op observer when neither is on).
-        observer = build_observer(settings, __version__, running)
+        observer = build_observer(settings, __version__, running, pool)
         progress = ProgressWriter(database)
         live_settings = LiveTaskSettings(database)
         completer = Completer(database, ctx, running, on_fatal)
@@ -161,6 +175,7 @@ class JobParts:
             live_settings=live_settings.current,
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
+            pool=pool,
         )
         heartbeat = Heartbeat(
             database,

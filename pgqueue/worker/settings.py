@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
@@ -15,8 +16,42 @@ from pgqueue.durations import parse_duration
 from pgqueue.errors import InvalidOption
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+POOLS = ("thread", "process")
+_MEMORY_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1000,
+    "KB": 1000,
+    "KIB": 1024,
+    "M": 1000**2,
+    "MB": 1000**2,
+    "MIB": 1024**2,
+    "G": 1000**3,
+    "GB": 1000**3,
+    "GIB": 1024**3,
+}
 #: Allocations between two young-generation collections while a worker runs (tune_gc).
 GC_THRESHOLD = 20_000
+
+
+def parse_memory(name: str, value: int | str) -> int:
+    """A memory size in bytes: an integer of bytes, or text such as ``512MB``,
+    ``1.5GiB``, ``800K`` (K/M/G are powers of 1000, KiB/MiB/GiB of 1024)."""
+    if isinstance(value, bool):
+        raise InvalidOption(f"{name} must be a size such as 512MB, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
+        unit = match.group(2).upper() if match else ""
+        if match is None or unit not in _MEMORY_UNITS:
+            raise InvalidOption(f"{name} must be a size such as 512MB, 1GiB or 800K, got {value!r}")
+        size = int(float(match.group(1)) * _MEMORY_UNITS[unit])
+    else:
+        raise InvalidOption(f"{name} must be a size such as 512MB, got {value!r}")
+    if size <= 0:
+        raise InvalidOption(f"{name} must be more than 0 bytes, got {value!r}")
+    return size
 
 
 def default_worker_id() -> str:
@@ -54,6 +89,16 @@ class WorkerSettings:
       ``GC_THRESHOLD`` instead of 700 allocations): a leased batch allocates
       thousands of short-lived objects, and the default threshold made the
       collector a third of the worker's CPU. Restored when the worker stops.
+    - ``pool``: where sync tasks run: ``thread`` (a thread pool in the worker
+      process) or ``process`` (``concurrency`` child processes, each running
+      one task at a time, with hard time limits; async tasks stay on the loop).
+    - ``app_path``: ``pkg.module:app`` for the children of ``pool="process"``
+      to import the App from (found among the imported modules when None).
+    - ``kill_grace``: seconds between SIGTERM and SIGKILL of a child past its
+      task's timeout, and between a cancel and stopping the child.
+    - ``max_tasks_per_child``: replace a child after this many tasks.
+    - ``max_memory_per_child``: replace a child after the task that leaves
+      its resident memory at or above this many bytes (or ``"512MB"``).
     """
 
     queues: tuple[str, ...] | None = None
@@ -75,6 +120,11 @@ class WorkerSettings:
     metrics_host: str = "0.0.0.0"
     event_loop: str = "auto"
     tune_gc: bool = True
+    pool: str = "thread"
+    app_path: str | None = None
+    kill_grace: float = 5.0
+    max_tasks_per_child: int | None = None
+    max_memory_per_child: int | None = None
 
     @classmethod
     def build(
@@ -99,6 +149,11 @@ class WorkerSettings:
         metrics_host: str = "0.0.0.0",
         event_loop: str = "auto",
         tune_gc: bool = True,
+        pool: str = "thread",
+        app_path: str | None = None,
+        kill_grace: float | timedelta | str = 5.0,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | str | None = None,
     ) -> WorkerSettings:
         names = validation.queue_list(queues)
         concurrency = validation.positive_int("concurrency", concurrency, 100_000)
@@ -119,6 +174,21 @@ class WorkerSettings:
             raise InvalidOption(
                 f"event_loop must be one of {', '.join(EVENT_LOOPS)}, got {event_loop!r}"
             )
+        if pool not in POOLS:
+            raise InvalidOption(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
+        if app_path is not None and (not isinstance(app_path, str) or ":" not in app_path):
+            raise InvalidOption(f"app_path must look like pkg.module:app, got {app_path!r}")
+        if max_tasks_per_child is not None:
+            max_tasks_per_child = validation.positive_int(
+                "max_tasks_per_child", max_tasks_per_child, 1_000_000_000
+            )
+        memory = (
+            None
+            if max_memory_per_child is None
+            else parse_memory("max_memory_per_child", max_memory_per_child)
+        )
+        if pool != "process" and (max_tasks_per_child is not None or memory is not None):
+            raise InvalidOption("max_tasks_per_child and max_memory_per_child need pool='process'")
         return cls(
             queues=names,
             concurrency=concurrency,
@@ -146,6 +216,11 @@ class WorkerSettings:
             metrics_host=metrics_host,
             event_loop=event_loop,
             tune_gc=bool(tune_gc),
+            pool=pool,
+            app_path=app_path,
+            kill_grace=validation.seconds("kill_grace", kill_grace),
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=memory,
         )
 
 

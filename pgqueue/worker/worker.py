@@ -16,14 +16,16 @@ import asyncio
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from pgqueue.connection import describe_target
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import InvalidOption, PgQueueError
 from pgqueue.events import wake_queue
+from pgqueue.worker.app_path import CHILD_ENV, find_app_path
 from pgqueue.worker.faults import Episodes
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
@@ -49,6 +51,13 @@ STARTUP_BACKOFF = (0.5, 10.0)
 
 class Worker:
     def __init__(self, app: WorkerHost, settings: WorkerSettings) -> None:
+        if os.environ.get(CHILD_ENV):
+            raise InvalidOption(
+                "a worker cannot start inside a --pool process child: the App's module "
+                "starts a worker when imported; guard that with if __name__ == '__main__':"
+            )
+        if settings.pool == "process" and settings.app_path is None:
+            settings = replace(settings, app_path=find_app_path(app))
         self.app = WorkerApp.of(app)
         self.settings = settings
         self.stopping = asyncio.Event()  # stop leasing, begin the graceful shutdown
@@ -117,7 +126,17 @@ class Worker:
             on_announce=producer.announced,
             on_lost=producer.cursors.deactivate,
         )
-        await self._register(heartbeat, live_settings)
+        try:
+            await executor.start_pool()  # --pool process: children import the App first
+        except BaseException:
+            observer.close()
+            raise
+        try:
+            await self._register(heartbeat, live_settings)
+        except BaseException:
+            await executor.close_pool()
+            observer.close()
+            raise
         background = [
             self._supervise("heartbeat", heartbeat.run),
             self._supervise(
@@ -159,6 +178,7 @@ class Worker:
             schema=app.schema,
             queues=list(settings.queues) if settings.queues else "all",
             concurrency=settings.concurrency,
+            pool=settings.pool,
             batch_size=settings.batch_size,
             listen=settings.listen,
             scheduler=settings.scheduler,
@@ -191,6 +211,7 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await executor.close_pool()
             await heartbeat.deregister()
             await parts.transactions.close()
             self.threads_left = executor.close()

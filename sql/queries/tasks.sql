@@ -268,8 +268,8 @@ RETURNING w.id;
 
 -- name: worker_list_states
 -- Workers with their state: alive, stale (heartbeat late) or lost (with
--- when), their pgqueue version, their tasks and how many jobs they hold.
-SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.version, w.started_at,
+-- when), their pgqueue version, their pool, their tasks and how many jobs they hold.
+SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.tasks, w.version, w.pool, w.started_at,
        w.last_heartbeat_at, w.lost_at,
        extract(epoch FROM now() - w.last_heartbeat_at)::float8 AS heartbeat_age_seconds,
        CASE WHEN w.lost_at IS NOT NULL THEN 'lost'

@@ -5,7 +5,7 @@
 -- row of that id under another secret is refused.
 SELECT {schema}.register_worker(
     %(worker_id)s, %(token)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
-    %(tasks)s::text[], %(version)s);
+    %(tasks)s::text[], %(version)s, %(pool)s);
 
 -- name: worker_heartbeat
 -- Mark the worker alive (re-registering it if a cleanup removed it); a
@@ -13,7 +13,7 @@ SELECT {schema}.register_worker(
 -- that id belongs to another process's secret (nothing changed).
 SELECT {schema}.heartbeat_worker(
     %(worker_id)s, %(token)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
-    %(tasks)s::text[], %(version)s);
+    %(tasks)s::text[], %(version)s, %(pool)s);
 
 -- name: worker_deregister
 -- Remove this worker's own row (a clean exit).

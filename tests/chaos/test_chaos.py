@@ -79,6 +79,8 @@ WORKER_ARGS = (
     "--no-scheduler",
     "--log-level", "warning",
 )  # fmt: skip
+if os.environ.get("PGQUEUE_CHAOS_POOL") == "process":  # the same chaos, sync tasks in children
+    WORKER_ARGS = (*WORKER_ARGS, "--pool", "process", "--kill-grace", "1s")
 TEST_APPLICATION_NAME = "chaos-test"  # never terminated by the chaos
 VICTIM_APPLICATIONS = ("pgqueue", TASK_APPLICATION_NAME)
 

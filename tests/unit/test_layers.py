@@ -201,6 +201,7 @@ DATABASE_USERS = {
     "router.py",  # closes the async pool before its event loop ends
     "testing/drain.py",  # the WorkerApp's database, for the drain's own reads
     "testing/isolation.py",  # copies the pool sizes into the test App
+    "worker/child.py",  # a --pool process child: its context.transaction() pools
     "worker/parts.py",  # WorkerApp.of: what a worker reads of its App, once
     "worker/runner.py",  # closes the async pool before its event loop ends
     "worker/worker.py",  # the WorkerApp's database, handed to the parts
