@@ -19,8 +19,9 @@ from pgqueue.errors import (
     ResultTimeout,
 )
 from pgqueue.explain import explain_job
-from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics
+from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics, StepRecord
 from pgqueue.ops import Execute, Listen, Op, WaitNotify
+from pgqueue.ops.durable import list_steps
 from pgqueue.payloads import RESULT_NOT_STORED
 
 _JOB_FIELDS = (
@@ -46,10 +47,14 @@ _JOB_FIELDS = (
 _OPTIONAL_FIELDS = ("tags", "meta", "progress", "snoozes")
 
 
-def job_from_row(row: dict[str, Any], history: list[Attempt] | None = None) -> Job:
+def job_from_row(
+    row: dict[str, Any], history: list[Attempt] | None = None, steps: list[StepRecord] | None = None
+) -> Job:
     values = {k: row[k] for k in _JOB_FIELDS}
     values["status"] = JobStatus(values["status"])
     values.update({k: row[k] for k in _OPTIONAL_FIELDS if row.get(k) is not None})
+    if steps:
+        values["steps"] = steps
     return Job(**values, attempt_history=history)
 
 
@@ -76,7 +81,8 @@ def _get_job(job_id: int, history: bool) -> Op[Job]:
     if history:
         rows = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")
         attempts = [attempt_from_row(r) for r in rows]
-    return job_from_row(row, attempts)
+    steps = yield from list_steps(job_id)
+    return job_from_row(row, attempts, steps)
 
 
 _STORED = {

@@ -30,11 +30,13 @@ from pgqueue.ops.tasks import PublishedTask
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry, Snooze
 from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
+from pgqueue.worker.durable import Parked, SleepUntil
 
 if TYPE_CHECKING:
     from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.durable import DurableSource
     from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
 
@@ -144,8 +146,10 @@ class Executor:
         live_settings: Mapping[str, TaskSettings] | None = None,
         unknown_task_grace: float = 3600.0,
         heartbeat_wake: Callable[[], None] = _nothing,
+        durable: DurableSource | None = None,
     ) -> None:
         self.dependencies = dependencies
+        self.durable = durable  # context.step, sleep, wait_for_event; None: unavailable
         self.worker_id = worker_id
         self.live_settings: Mapping[str, TaskSettings] = (
             {} if live_settings is None else live_settings
@@ -252,6 +256,8 @@ class Executor:
                 if self.dependencies is None
                 else partial(self.dependencies, job.job_id),
                 _transactions=rj.transactions,
+                _durable=self.durable,
+                _is_async=task.is_async,
             )
             if task.pass_context:
                 kwargs = {**kwargs, "context": rj.context}
@@ -399,6 +405,19 @@ class Executor:
                     error=None if exc is None else repr(exc),
                 )
             return
+        if isinstance(exc, Parked):
+            # wait_for_event set the job waiting in the database: nothing to record.
+            self.running.pop(job.job_id, None)
+            self.jlog.info(
+                "job waits for an event",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                event=exc.key,
+            )
+            self.observer.finished(rj, AttemptOutcome.WAITED.value, None)
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -455,6 +474,16 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
+        if isinstance(exc, SleepUntil):
+            # context.sleep: queued again at the wake-up time, the attempt not spent.
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.SLEPT,
+                AttemptOutcome.SLEPT.value,
+                str(exc),
+                retry_at=exc.wake_at,
+            )
         if isinstance(exc, Snooze | Retry):
             # Again after exc.delay; a snooze does not spend the attempt (fail_jobs).
             outcome = AttemptOutcome.SNOOZED if isinstance(exc, Snooze) else AttemptOutcome.RETRY
@@ -498,9 +527,9 @@ class Executor:
     ) -> None:
         job = rj.job
         self.completer.fail(rj, failure)
-        if failure.outcome is AttemptOutcome.SNOOZED:
+        if failure.outcome is AttemptOutcome.SNOOZED or failure.outcome is AttemptOutcome.SLEPT:
             self.jlog.info(
-                "job snoozed",
+                "job snoozed" if failure.outcome is AttemptOutcome.SNOOZED else "job sleeps",
                 job_id=job.job_id,
                 task=job.task,
                 queue=job.queue,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pgqueue.telemetry.observer import WorkerObserver, build_observer
 from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.durable import DurableSource
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.progress import ProgressWriter
@@ -161,6 +162,7 @@ class JobParts:
             live_settings=live_settings.current,
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
+            durable=DurableSource(database, transactions.connections, app.max_result_bytes),
         )
         heartbeat = Heartbeat(
             database,
