@@ -18,7 +18,7 @@ from pgqueue.errors import (
     ResultNotStored,
     ResultTimeout,
 )
-from pgqueue.explain import explain_job
+from pgqueue.explain import durable_state, durable_steps, explain_job
 from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics, StepRecord
 from pgqueue.ops import Execute, Listen, Op, WaitNotify
 from pgqueue.ops.durable import list_steps
@@ -485,6 +485,17 @@ def _explain(job_id: int) -> Op[str]:
     row = yield Execute("job_get", {"job_id": job_id}, fetch="one", rows="dict")
     if row is None:
         raise JobNotFound(job_id)
+    steps = yield from list_steps(job_id)
+    text = yield from _explain_row(job_id, row, steps)
+    return text + durable_steps(steps)
+
+
+def _explain_row(job_id: int, row: dict[str, Any], steps: list[StepRecord]) -> Op[str]:
+    if steps and not row["archived"]:
+        job = f"job {job_id} ({row['task']}, queue {row['queue']!r})"
+        durable = durable_state(job, row, steps)
+        if durable is not None:
+            return durable
     context: dict[str, Any] = {}
     if row["stored_status"] in ("queued", "scheduled", "running") and not row["archived"]:
         context = (
