@@ -1,0 +1,74 @@
+"""Durable tasks as operators see them: ``pgqueue event send`` releases a
+waiting job, ``pgqueue jobs show`` lists its steps and says what it waits for."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+import pgqueue
+from pgqueue import JobContext
+from tests.cli_support import assert_one_line_error, invoke, run_cli
+from tests.inprocess_worker import finished, quiet_structlog, run_until
+
+pytestmark = pytest.mark.usefixtures("quiet_structlog")
+__all__ = ["quiet_structlog"]
+
+
+def _register(app: pgqueue.App) -> None:
+    @app.task(name="onboard", pass_context=True, max_attempts=1)
+    def onboard(user: str, context: JobContext) -> Any:
+        account = context.step("create_account", lambda: {"account": f"acc-{user}"})
+        paid = context.wait_for_event(f"paid:{user}", timeout="1h")
+        return {**account, "plan": paid["plan"]}
+
+
+def test_the_cli_shows_steps_and_sends_the_event(app: pgqueue.App, db_dsn: str) -> None:
+    _register(app)
+    job_id = app.enqueue("onboard", {"user": "u1"}).job_id
+    shown: list[str] = []
+    sent = threading.Event()
+
+    def operate() -> bool:
+        if not sent.is_set():
+            if app.get_job(job_id).status is not pgqueue.JobStatus.WAITING:
+                return False
+            show = invoke(db_dsn, "jobs", "show", str(job_id))
+            assert show.exit_code == 0, show.output
+            shown.append(show.stdout)
+            done = run_cli(db_dsn, "event", "send", "paid:u1", "--payload", '{"plan": "pro"}')
+            assert done.returncode == 0, done.stderr
+            assert "released 1 waiting job" in done.stderr + done.stdout
+            sent.set()
+            return False
+        return finished(app, job_id)()
+
+    run_until(app, operate)
+    text = shown[0]
+    assert "steps" in text
+    assert "create_account" in text and "succeeded" in text and '"account": "acc-u1"' in text
+    assert "event:paid:u1" in text and "waiting" in text
+    assert "waits for event 'paid:u1' until" in " ".join(text.split())
+    job = app.get_job(job_id)
+    assert job.result == {"account": "acc-u1", "plan": "pro"}
+
+    as_json = invoke(db_dsn, "jobs", "show", str(job_id), "--json")
+    assert as_json.exit_code == 0
+    steps = json.loads(as_json.stdout)["steps"]
+    assert [(s["name"], s["status"]) for s in steps] == [
+        ("create_account", "succeeded"),
+        ("event:paid:u1", "received"),
+    ]
+    assert steps[1]["result"] == {"plan": "pro"}
+
+
+def test_event_send_refuses_bad_json_and_writes_nothing(app: pgqueue.App, db_dsn: str) -> None:
+    assert_one_line_error(
+        invoke(db_dsn, "event", "send", "k", "--payload", "{nope"), "--payload is not valid JSON"
+    )
+    result = invoke(db_dsn, "event", "send", "k", "--json")
+    assert result.exit_code == 0, result.output
+    assert '"released": 0' in result.stdout
