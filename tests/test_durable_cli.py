@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import pgqueue
 from pgqueue import JobContext
 from tests.cli_support import assert_one_line_error, invoke, run_cli
+from tests.http_support import Server, start_server
 from tests.inprocess_worker import finished, quiet_structlog, run_until
+from tests.test_security_grants import Roles, roles  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("quiet_structlog")
 __all__ = ["quiet_structlog"]
@@ -72,3 +77,47 @@ def test_event_send_refuses_bad_json_and_writes_nothing(app: pgqueue.App, db_dsn
     result = invoke(db_dsn, "event", "send", "k", "--json")
     assert result.exit_code == 0, result.output
     assert '"released": 0' in result.stdout
+
+
+# --- HTTP: POST /v1/events/{key} as a producer (a least-privilege role) ----------------
+
+
+@pytest.fixture
+def server(db_dsn: str, tmp_path: Path, roles: Roles) -> Iterator[Server]:  # noqa: F811
+    yield from start_server(db_dsn, tmp_path, roles)
+
+
+def test_a_producer_sends_an_event_over_http(
+    server: Server, app: pgqueue.App, db_dsn: str
+) -> None:
+    _register(app)
+    job_id = app.enqueue("onboard", {"user": "h1"}).job_id
+    answers: list[Any] = []
+
+    def send() -> bool:
+        if app.get_job(job_id).status is not pgqueue.JobStatus.WAITING:
+            return False
+        with server.client("producer") as http:
+            answers.append(http.post("/v1/events/paid:h1", json={"payload": {"plan": "pro"}}))
+            answers.append(http.post("/v1/events/paid:none"))  # no body: a null payload
+            answers.append(http.post("/v1/events/x", json={"payload": 1, "other": 2}))
+        return True
+
+    sent = threading.Event()
+
+    def operate() -> bool:
+        if not sent.is_set():
+            if send():
+                sent.set()
+            return False
+        return finished(app, job_id)()
+
+    run_until(app, operate)
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].json() == {"key": "paid:h1", "released": 1}
+    assert answers[1].json() == {"key": "paid:none", "released": 0}
+    assert answers[2].status_code == 422
+    assert app.get_job(job_id).result == {"account": "acc-h1", "plan": "pro"}
+    with psycopg.connect(db_dsn) as conn:
+        rows = conn.execute("SELECT key, payload FROM pgqueue.events ORDER BY key").fetchall()
+    assert rows == [("paid:h1", {"plan": "pro"}), ("paid:none", None)]

@@ -41,6 +41,7 @@ from pgqueue.errors import (
 )
 from pgqueue.grants import Kind
 from pgqueue.http import schemas
+from pgqueue.http.events import send_event
 from pgqueue.http.listener import Waiters
 from pgqueue.http.openapi import openapi_document
 from pgqueue.http.roles import resolve_roles
@@ -534,6 +535,7 @@ ROUTES: tuple[tuple[str, str, Callable[[Api, Request], Awaitable[Any]]], ...] = 
     ("/v1/ack", "POST", ack_many),
     ("/v1/queues/{queue}/lease", "POST", lease),
     ("/v1/queues/{queue}/metrics", "GET", metrics),
+    ("/v1/events/{key}", "POST", send_event),  # durable tasks (pgqueue/http/events.py)
     ("/v1/openapi.json", "GET", openapi),
 )
 

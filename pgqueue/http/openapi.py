@@ -98,6 +98,11 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "required": ["job_id", "acked"],
         "properties": {"job_id": _INT, "acked": {"type": "boolean"}},
     },
+    "EventSent": {
+        "type": "object",
+        "required": ["key", "released"],
+        "properties": {"key": {"type": "string"}, "released": {"type": "integer", "minimum": 0}},
+    },
     "Extended": {
         "type": "object",
         "required": ["extended", "lease_expires_at", "cancel_requested"],
@@ -233,6 +238,15 @@ def _operation(
                 "schema": {"type": "string", "pattern": schemas.QUEUE},
             }
         )
+    if "key" in parameters:
+        params.append(
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "pattern": schemas.NO_NUL},
+            }
+        )
     if "history" in parameters:
         params.append(
             {
@@ -263,6 +277,7 @@ def openapi_document(api: Api) -> dict[str, Any]:
         schemas.NACK,
         schemas.EXTEND,
         schemas.ACK_MANY,
+        schemas.SEND_EVENT,
     ]
     components = {b.name: b.schema() for b in bodies}
     # The batch's items are the enqueue body: refer to it.
@@ -339,6 +354,16 @@ def openapi_document(api: Api) -> dict[str, Any]:
             "/v1/queues/{queue}/metrics": {
                 "get": _operation(
                     "Queue metrics", "QueueMetrics", kind="producer", parameters=("queue",)
+                )
+            },
+            "/v1/events/{key}": {
+                "post": _operation(
+                    "Send event",
+                    "EventSent",
+                    kind="producer",
+                    body="SendEventRequest",
+                    body_required=False,
+                    parameters=("key",),
                 )
             },
             "/v1/openapi.json": {

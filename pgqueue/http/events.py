@@ -1,0 +1,23 @@
+"""``POST /v1/events/{key}``: send an event of durable tasks (a producer's
+right), releasing the jobs waiting for it in the request's transaction."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pgqueue.http import schemas
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from pgqueue.http.api import Api
+
+
+async def send_event(api: Api, request: Request) -> dict[str, Any]:
+    """Body ``{"payload": <any JSON>}`` (or none); answers ``{key, released}``."""
+    kind = api.authenticate(request, "producer")
+    key = request.path_params["key"]
+    body = schemas.SEND_EVENT.parse(await api.body(request, empty_ok=True), "")
+    async with api.transaction(kind) as tx:
+        released = await api.app.send_event_async(key, body.get("payload"), conn=tx.conn)
+    return {"key": key, "released": released}
