@@ -14,10 +14,11 @@ if TYPE_CHECKING:
 
 
 async def send_event(api: Api, request: Request) -> dict[str, Any]:
-    """Body ``{"payload": <any JSON>}`` (or none); answers ``{key, released}``."""
+    """Body ``{"payload": <any JSON>}`` (``{}``: a null payload); answers
+    ``{key, released}``."""
     kind = api.authenticate(request, "producer")
     key = request.path_params["key"]
-    body = schemas.SEND_EVENT.parse(await api.body(request, empty_ok=True), "")
+    body = schemas.SEND_EVENT.parse(await api.body(request), "")
     async with api.transaction(kind) as tx:
         released = await api.app.send_event_async(key, body.get("payload"), conn=tx.conn)
     return {"key": key, "released": released}

@@ -362,7 +362,6 @@ def openapi_document(api: Api) -> dict[str, Any]:
                     "EventSent",
                     kind="producer",
                     body="SendEventRequest",
-                    body_required=False,
                     parameters=("key",),
                 )
             },
