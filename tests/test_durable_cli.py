@@ -123,3 +123,25 @@ def test_a_producer_sends_an_event_over_http(
     with psycopg.connect(db_dsn) as conn:
         rows = conn.execute("SELECT key, payload FROM pgqueue.events ORDER BY key").fetchall()
     assert rows == [("paid:h1", {"plan": "pro"}), ("paid:none", None)]
+
+
+# --- the dashboard's job page --------------------------------------------------------
+
+
+def test_the_dashboard_job_page_lists_steps_and_the_wait(app: pgqueue.App) -> None:
+    from tests.dashboard_support import client
+
+    _register(app)
+    job_id = app.enqueue("onboard", {"user": "d1"}).job_id
+    run_until(app, lambda: app.get_job(job_id).status is pgqueue.JobStatus.WAITING)
+    with client(app) as c:
+        page = c.get(f"/jobs/{job_id}")
+        api = c.get(f"/api/jobs/{job_id}")
+    assert page.status_code == 200
+    html = page.text
+    assert 'id="steps"' in html
+    assert "create_account" in html and "event:paid:d1" in html
+    assert "waits for event &#39;paid:d1&#39;" in html or "waits for event 'paid:d1'" in html
+    body = api.json()
+    steps = body["job"]["steps"] if "job" in body else body["steps"]
+    assert [s["status"] for s in steps] == ["succeeded", "waiting"]
