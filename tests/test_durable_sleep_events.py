@@ -59,7 +59,8 @@ def test_a_sleep_frees_the_slot_and_does_not_spend_an_attempt(app: pgqueue.App) 
         ("after", "step", "succeeded"),
     ]
     sleep = job.steps[1]
-    assert sleep.wake_at is not None and sleep.wake_at > sleep.started_at
+    assert sleep.wake_at is not None
+    assert sleep.wake_at > sleep.started_at
 
 
 def test_a_sleep_of_days_leaves_the_job_scheduled_and_passes_through_after(
@@ -157,7 +158,9 @@ def _run_while(app: pgqueue.App, action: Any, done: Any, **options: Any) -> None
     run_until(app, check, **options)
 
 
-def test_a_job_waits_without_a_slot_until_the_event_is_sent(app: pgqueue.App) -> None:
+def test_a_job_waits_without_a_slot_until_the_event_is_sent(
+    app: pgqueue.App, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = _waiter(app)
     other: list[int] = []
 
@@ -195,7 +198,8 @@ def test_a_job_waits_without_a_slot_until_the_event_is_sent(app: pgqueue.App) ->
     assert job.attempts == 1
     assert job.attempt_history is not None
     assert [a.outcome.value for a in job.attempt_history] == ["waited", "succeeded"]
-    assert runs == ["run", "run"] and other == [1]
+    assert runs == ["run", "run"]
+    assert other == [1]
     event = job.steps[-1]
     assert (event.name, event.status, event.result) == (
         "event:paid:acc-u1",
@@ -234,8 +238,10 @@ def test_an_event_sent_from_sql_releases_only_when_its_transaction_commits(
             conn.rollback()
         assert _status(app, job_id) is pgqueue.JobStatus.WAITING  # rolled back: still waiting
         with psycopg.connect(db_dsn) as conn:
-            conn.execute("SELECT pgqueue.send_event(key => 'paid:acc-u3', payload => %s)",
-                         ('{"plan": "pro"}',))
+            conn.execute(
+                "SELECT pgqueue.send_event(key => 'paid:acc-u3', payload => %s)",
+                ('{"plan": "pro"}',),
+            )
             assert _status(app, job_id) is pgqueue.JobStatus.WAITING  # not yet committed
             conn.commit()
         sent.append("committed")
@@ -301,7 +307,9 @@ def test_events_are_kept_as_long_as_cancelled_jobs(app: pgqueue.App, db_dsn: str
     app.send_event("old", 1)
     app.send_event("new", 2)
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute("UPDATE pgqueue.events SET sent_at = now() - interval '8 days' WHERE key = 'old'")
+        conn.execute(
+            "UPDATE pgqueue.events SET sent_at = now() - interval '8 days' WHERE key = 'old'"
+        )
         conn.execute("SELECT * FROM pgqueue.reap_jobs(10)")
         rows = conn.execute("SELECT key FROM pgqueue.events ORDER BY key").fetchall()
     assert rows == [("new",)]

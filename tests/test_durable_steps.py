@@ -192,7 +192,8 @@ def test_a_stale_attempt_cannot_store_a_step(app: pgqueue.App, db_dsn: str) -> N
     job_id = app.enqueue("stale").job_id
     run_until(app, finished(app, job_id))
     job = app.get_job(job_id, history=True)
-    assert len(seen) == 1 and seen[0].job_ids == [job_id]  # type: ignore[attr-defined]
+    assert len(seen) == 1
+    assert seen[0].job_ids == [job_id]
     assert job.status is pgqueue.JobStatus.SUCCEEDED
     assert len(calls) == 2  # the stale attempt's result was not stored; the next ran it
     assert job.attempt_history is not None
@@ -202,7 +203,8 @@ def test_a_stale_attempt_cannot_store_a_step(app: pgqueue.App, db_dsn: str) -> N
         row = conn.execute(
             "SELECT attempt_id FROM pgqueue.job_steps WHERE job_id = %s", (job_id,)
         ).fetchone()
-    assert row is not None and row[0] == job.attempt_history[-1].attempt_id
+    assert row is not None
+    assert row[0] == job.attempt_history[-1].attempt_id
 
 
 def test_steps_outside_a_worker_say_so(app: pgqueue.App) -> None:

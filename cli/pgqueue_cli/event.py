@@ -43,7 +43,9 @@ def send(
     if as_json:
         output.print_json({"key": key, "released": released})
         return
-    output.info(f"sent event {key!r}: released {released} waiting job{'s' if released != 1 else ''}")
+    output.info(
+        f"sent event {key!r}: released {released} waiting job{'s' if released != 1 else ''}"
+    )
 
 
 def _json(text: str) -> Any:

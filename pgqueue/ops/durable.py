@@ -41,8 +41,7 @@ def encode_value(what: str, value: Any, max_bytes: int) -> str:
         raise InvalidPayload(f"{what} nests too deeply to store as JSON") from None
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(
-            f"{what} must be JSON (dict, list, str, int, float, bool or None) to be "
-            f"stored: {exc}"
+            f"{what} must be JSON (dict, list, str, int, float, bool or None) to be stored: {exc}"
         ) from None
     if "\\u0000" in text:
         raise InvalidPayload(f"{what} contains a NUL character, which PostgreSQL cannot store")

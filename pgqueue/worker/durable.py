@@ -41,7 +41,7 @@ TRIES = 4
 BACKOFF = 0.2
 
 
-class Suspend(BaseException):  # noqa: N818 - not an error: the run ends here
+class Suspend(BaseException):
     """The run of a durable task ends here (a BaseException, so that a task's
     ``except Exception`` does not swallow it)."""
 
@@ -63,7 +63,7 @@ class Parked(Suspend):
         self.key = key
 
 
-class CancelRequested(Exception):  # noqa: N818 - the attempt ends cancelled
+class CancelRequested(Exception):
     """A cancel was requested while the job was about to wait: the attempt
     fails and, the cancel being requested, the job ends cancelled."""
 
@@ -152,7 +152,11 @@ class DurableRun:
     # --- sync (tasks in threads) --------------------------------------------------
 
     def records_sync(self) -> dict[str, StepRecord]:
-        return self.stored if self.stored is not None else self._loaded(self.source.run_sync(self._load))
+        return (
+            self.stored
+            if self.stored is not None
+            else self._loaded(self.source.run_sync(self._load))
+        )
 
     def step_sync(self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         ops.step_name("a step's name", name)
@@ -295,5 +299,3 @@ class DurableRun:
 
 
 _PENDING: Any = object()
-
-

@@ -414,7 +414,7 @@ class Executor:
                 task=job.task,
                 queue=job.queue,
                 attempt=job.attempt,
-                event=exc.key,
+                event_key=exc.key,
             )
             self.observer.finished(rj, AttemptOutcome.WAITED.value, None)
             return

@@ -85,9 +85,7 @@ async def async_chain(steps: int, context: pgqueue.JobContext) -> list[str]:
     done = []
     for i in range(steps):
         done.append(
-            await context.step(
-                f"s{i}", async_effect, context.job_id, f"s{i}", context.attempt_id
-            )
+            await context.step(f"s{i}", async_effect, context.job_id, f"s{i}", context.attempt_id)
         )
         if i == steps // 2:
             await context.sleep(0.2)

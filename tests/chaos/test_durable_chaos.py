@@ -32,7 +32,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from tests.apps.durable_chaos import TASK_APPLICATION_NAME, build_app, create_tables
+from tests.apps.durable_chaos import build_app, create_tables
 from tests.fixtures.workers import WorkerProcess, Workers
 
 SEED = int(os.environ.get("PGQUEUE_CHAOS_SEED", "20261207"))
@@ -175,6 +175,7 @@ def test_durable_steps_survive_killed_workers_and_terminated_backends(
         expected = [f"s{i}@{stored_by[(job_id, f's{i}')]}" for i in range(STEPS)]
         assert job.result == expected, (job_id, job.result)
         kinds = [s.kind for s in job.steps]
-        assert kinds.count("sleep") == 1 and kinds.count("event") == 1
+        assert kinds.count("sleep") == 1
+        assert kinds.count("event") == 1
         event = next(s for s in job.steps if s.kind == "event")
         assert event.status == "received"
