@@ -2859,7 +2859,9 @@ CREATE FUNCTION {schema}.release_event_waits(p_job_ids bigint[]) RETURNS integer
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 -- Jobs that waited for an event (status waiting, a job_steps row decided):
--- queued again now, announced to the workers. Returns how many.
+-- queued again now, announced to the workers. Returns how many. A waiting
+-- job is outside the dedup index: when another live job took its dedup key
+-- meanwhile, it comes back without its key rather than fail the sender.
 DECLARE
     v_n bigint;
 BEGIN
@@ -2867,7 +2869,13 @@ BEGIN
         RETURN 0;
     END IF;
     WITH released AS (
-        UPDATE {schema}.jobs_live j SET status = 'queued', run_at = now()
+        UPDATE {schema}.jobs_live j
+        SET status = 'queued', run_at = now(),
+            dedup_key = CASE WHEN j.dedup_key IS NOT NULL AND EXISTS (
+                                 SELECT 1 FROM {schema}.jobs_live o
+                                 WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
+                                   AND o.stage IN ('queued', 'scheduled') AND o.id <> j.id)
+                             THEN NULL ELSE j.dedup_key END
         WHERE j.id = ANY (p_job_ids) AND j.status = 'waiting'
         RETURNING j.id, j.queue, j.priority, j.run_at
     ), announced AS (

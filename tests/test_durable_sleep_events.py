@@ -313,3 +313,26 @@ def test_events_are_kept_as_long_as_cancelled_jobs(app: pgqueue.App, db_dsn: str
         conn.execute("SELECT * FROM pgqueue.reap_jobs(10)")
         rows = conn.execute("SELECT key FROM pgqueue.events ORDER BY key").fetchall()
     assert rows == [("new",)]
+
+
+def test_a_released_job_whose_dedup_key_was_taken_meanwhile_still_runs(
+    app: pgqueue.App,
+) -> None:
+    _waiter(app)
+    job_id = app.enqueue("onboard", {"user": "u6"}, dedup_key="onboard:u6").job_id
+    later: list[int] = []
+
+    def send() -> bool:
+        if _status(app, job_id) is not pgqueue.JobStatus.WAITING:
+            return False
+        # Waiting, the job is out of the dedup index: a new job takes the key.
+        again = app.enqueue("onboard", {"user": "u7"}, dedup_key="onboard:u6")
+        assert again.created
+        later.append(again.job_id)
+        app.send_event("paid:acc-u7", {"plan": "a"})
+        assert app.send_event("paid:acc-u6", {"plan": "b"}) == 1  # no unique violation
+        return True
+
+    _run_while(app, send, lambda: bool(later) and finished(app, job_id, *later)())
+    assert app.get_job(job_id).result == {"account": "acc-u6", "plan": "b"}
+    assert app.get_job(later[0]).result == {"account": "acc-u7", "plan": "a"}
