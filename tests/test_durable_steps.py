@@ -232,3 +232,30 @@ def _gone(dsn: str, job_id: int) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE id = %s", (job_id,)).fetchone()
     return row == (0,)
+
+
+def test_drain_runs_durable_tasks_and_counts_sleeps_and_waits(app: pgqueue.App) -> None:
+    from pgqueue.testing import drain
+
+    calls: list[str] = []
+
+    @app.task(name="flow", pass_context=True, max_attempts=1)
+    def flow(context: JobContext) -> str:
+        context.step("a", lambda: calls.append("a"))
+        context.sleep("2h")
+        context.step("b", lambda: calls.append("b"))
+        paid = context.wait_for_event("paid")
+        return f"paid {paid}"
+
+    job_id = app.enqueue("flow").job_id
+    assert drain(app) == pgqueue.testing.DrainResult(slept=1)
+    # The clock jumps to the wake-up: the sleep is over, the wait begins.
+    assert drain(app, with_scheduled=True) == pgqueue.testing.DrainResult(waited=1)
+    assert app.get_job(job_id).status is pgqueue.JobStatus.WAITING
+    app.send_event("paid", "pro")
+    # Released now: a new drain starts on the real clock, two hours before the
+    # wake-up, so the job sleeps again first (nothing stored anew), then runs
+    # to its end once the drain's clock jumped.
+    assert drain(app, with_scheduled=True) == pgqueue.testing.DrainResult(succeeded=1, slept=1)
+    assert app.get_job(job_id).result == "paid pro"
+    assert calls == ["a", "b"]

@@ -73,11 +73,21 @@ class DurableSource:
     the task connections and the size limit of a stored value."""
 
     def __init__(
-        self, database: Database, connections: TaskConnections, max_value_bytes: int
+        self,
+        database: Database,
+        connections: TaskConnections,
+        max_value_bytes: int,
+        clock: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.database = database
         self.connections = connections
         self.max_value_bytes = max_value_bytes
+        self.clock = clock  # the ops' clock (a drain's jumps); None or None returned: now
+
+    def now(self) -> datetime:
+        """When a sleep counts as over: the ops' clock when it has one, else now."""
+        at = self.clock() if self.clock is not None else None
+        return at if at is not None else datetime.now(UTC)
 
     def for_job(self, job_id: int, attempt_id: int) -> DurableRun:
         return DurableRun(self, job_id, attempt_id)
@@ -106,7 +116,7 @@ class DurableSource:
         raise AssertionError("unreachable")
 
 
-def _now() -> datetime:
+def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
@@ -165,7 +175,7 @@ class DurableRun:
         if found is not None and found.kind == "step":
             return found.result
         self._kind_clash(found, "step")
-        started = _now()
+        started = _utcnow()
         value = fn(*args, **kwargs)
         text = ops.encode_value(f"the result of step {name!r}", value, self.source.max_value_bytes)
         self.source.run_sync(lambda: self._store(name, "step", "succeeded", text, started))
@@ -198,7 +208,7 @@ class DurableRun:
         if found is not None and found.kind == "step":
             return found.result
         self._kind_clash(found, "step")
-        started = _now()
+        started = _utcnow()
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
@@ -212,7 +222,7 @@ class DurableRun:
         found = (await self.records_async()).get(key)
         if found is None:
             await self.source.run_async(
-                lambda: self._store(key, "sleep", "sleeping", None, _now(), wake_at)
+                lambda: self._store(key, "sleep", "sleeping", None, _utcnow(), wake_at)
             )
         self._sleep_decide(key, found, wake_at, None)
 
@@ -265,10 +275,10 @@ class DurableRun:
         self._kind_clash(found, "sleep")
         if found is not None:
             wake_at = found.wake_at or wake_at
-            if wake_at <= _now():
+            if wake_at <= self.source.now():
                 return
         elif run is not None:
-            run(lambda: self._store(key, "sleep", "sleeping", None, _now(), wake_at))
+            run(lambda: self._store(key, "sleep", "sleeping", None, _utcnow(), wake_at))
         raise self._suspend(SleepUntil(wake_at))
 
     def _wait_name(self, key: str, name: str | None) -> str:
@@ -286,7 +296,7 @@ class DurableRun:
         return found.result
 
     def _wait(self, step: str, key: str, timeout: float | None) -> Op[tuple[str, Any]]:
-        return ops.wait_event(self.job_id, self.attempt_id, step, key, timeout, _now())
+        return ops.wait_event(self.job_id, self.attempt_id, step, key, timeout, _utcnow())
 
     def _wait_outcome(self, key: str, outcome: str, payload: Any) -> Any:
         if outcome == "received":

@@ -162,7 +162,9 @@ class JobParts:
             live_settings=live_settings.current,
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
-            durable=DurableSource(database, transactions.connections, app.max_result_bytes),
+            durable=DurableSource(
+                database, transactions.connections, app.max_result_bytes, ctx.clock
+            ),
         )
         heartbeat = Heartbeat(
             database,
