@@ -232,8 +232,12 @@ class QueueMetrics:
     paused: bool
     concurrency_limit: int | None = None
     rate_limit: str | None = None
-    #: Jobs waiting for their dependencies (JSON output: only when there are some).
+    #: Jobs waiting for their dependencies or for an event (JSON output: only when there are some).
     waiting: int = field(default=0, metadata=OMIT_DEFAULT)
+    #: Of ``waiting``, durable tasks waiting for an event (``context.wait_for_event``).
+    event_waiting: int = field(default=0, metadata=OMIT_DEFAULT)
+    #: Of ``scheduled``, durable tasks in a ``context.sleep``.
+    sleeping: int = field(default=0, metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

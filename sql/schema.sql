@@ -536,6 +536,8 @@ CREATE INDEX job_steps_event_idx ON {schema}.job_steps USING btree (event_key) W
 COMMENT ON INDEX {schema}.job_steps_event_idx IS 'The jobs waiting for an event, by key (send_event).';
 CREATE INDEX job_steps_deadline_idx ON {schema}.job_steps USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
 COMMENT ON INDEX {schema}.job_steps_deadline_idx IS 'Event waits with a timeout, by deadline (the reaper ends those past it).';
+CREATE INDEX job_steps_sleeping_idx ON {schema}.job_steps USING btree (wake_at) WHERE (status = 'sleeping'::text);
+COMMENT ON INDEX {schema}.job_steps_sleeping_idx IS 'Sleeps by wake-up time (metrics count the jobs asleep now).';
 CREATE INDEX events_sent_idx ON {schema}.events USING btree (sent_at);
 CREATE INDEX workflows_created_idx ON {schema}.workflows USING btree (created_at);
 CREATE INDEX queue_lease_log_idx ON {schema}.queue_lease_log USING btree (queue, leased_at);

@@ -82,6 +82,8 @@ def test_a_sleep_of_days_leaves_the_job_scheduled_and_passes_through_after(
     assert job.attempts == 0
     assert [(s.kind, s.status, s.wake_at) for s in job.steps] == [("sleep", "sleeping", job.run_at)]
     assert "sleeps until" in app.explain(job_id)
+    counts = app.metrics()["default"]
+    assert (counts.scheduled, counts.sleeping, counts.event_waiting) == (1, 1, 0)
 
     # Three days later (a worker restarted meanwhile): the sleep is done.
     with psycopg.connect(db_dsn, autocommit=True) as conn:
@@ -186,6 +188,8 @@ def test_a_job_waits_without_a_slot_until_the_event_is_sent(
             "paid:acc-u1",
         )
         assert "waits for event 'paid:acc-u1'" in app.explain(job_id)
+        counts = app.metrics()["default"]
+        assert (counts.waiting, counts.event_waiting, counts.sleeping) == (1, 1, 0)
         assert app.send_event("paid:acc-u1", {"plan": "pro"}) == 1
         return True
 

@@ -468,6 +468,8 @@ def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
             paused=q.row["paused"],
             concurrency_limit=q.row["concurrency_limit"],
             rate_limit=rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
+            event_waiting=q.row["event_waiting"],
+            sleeping=q.row["sleeping"],
         )
         for q in found
     }
