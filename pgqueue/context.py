@@ -63,7 +63,8 @@ class JobContext:
         if self._run is None:
             if self._durable is None:
                 raise InvalidOption(
-                    "context.step(), sleep() and wait_for_event() are only available in a worker"
+                    "context.step(), sleep() and wait_for_event() are only available in a "
+                    "worker (or pgqueue.testing.drain)"
                 )
             self._run = self._durable.for_job(self.job_id, self.attempt_id)
         return self._run

@@ -51,7 +51,7 @@ WHERE a.id = ANY (ARRAY(
 
 -- name: archive_prune_batch
 -- Delete up to %(limit)s archived jobs finished before the cutoff, with their
--- dependency bookkeeping and the workflows left without steps. (The row count
+-- dependency bookkeeping, durable steps and the workflows left without steps. (The row count
 -- is the last statement's: the archived jobs deleted.)
 WITH doomed AS MATERIALIZED (
     SELECT id FROM {schema}.jobs_archive
@@ -61,6 +61,8 @@ WITH doomed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), edges AS (
     DELETE FROM {schema}.job_dependencies d WHERE d.job_id IN (SELECT id FROM doomed)
+), steps AS (
+    DELETE FROM {schema}.job_steps s WHERE s.job_id IN (SELECT id FROM doomed)
 ), waits AS (
     DELETE FROM {schema}.job_waits w WHERE w.job_id IN (SELECT id FROM doomed)
     RETURNING w.workflow_id
