@@ -103,4 +103,5 @@ VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {s
     {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
     {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning,
     {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log, {schema}.workflows,
-    {schema}.job_waits, {schema}.job_dependencies, {schema}.retention, {schema}.maintenance;
+    {schema}.job_waits, {schema}.job_dependencies, {schema}.retention, {schema}.maintenance,
+    {schema}.job_steps, {schema}.events;
