@@ -101,7 +101,8 @@ def test_a_producer_sends_an_event_over_http(server: Server, app: pgqueue.App, d
         with server.client("producer") as http:
             answers.append(http.post("/v1/events/paid:h1", json={"payload": {"plan": "pro"}}))
             answers.append(http.post("/v1/events/paid:none", json={}))  # a null payload
-            answers.append(http.post("/v1/events/paid:none"))  # no body: refused
+            answers.append(http.post("/v1/events/paid:none"))  # no body: a null payload too
+            answers.append(http.post("/v1/events/x", content=b" "))  # not JSON: refused
             answers.append(http.post("/v1/events/x", json={"payload": 1, "other": 2}))
         return True
 
@@ -118,8 +119,9 @@ def test_a_producer_sends_an_event_over_http(server: Server, app: pgqueue.App, d
     assert answers[0].status_code == 200, answers[0].text
     assert answers[0].json() == {"key": "paid:h1", "released": 1}
     assert answers[1].json() == {"key": "paid:none", "released": 0}
-    assert answers[2].status_code == 400
-    assert answers[3].status_code == 422
+    assert answers[2].json() == {"key": "paid:none", "released": 0}
+    assert answers[3].status_code == 400
+    assert answers[4].status_code == 422
     assert app.get_job(job_id).result == {"account": "acc-h1", "plan": "pro"}
     with psycopg.connect(db_dsn) as conn:
         rows = conn.execute("SELECT key, payload FROM pgqueue.events ORDER BY key").fetchall()

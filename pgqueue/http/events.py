@@ -14,11 +14,22 @@ if TYPE_CHECKING:
 
 
 async def send_event(api: Api, request: Request) -> dict[str, Any]:
-    """Body ``{"payload": <any JSON>}`` (``{}``: a null payload); answers
-    ``{key, released}``."""
+    """Body ``{"payload": <any JSON>}``, or ``{}`` or no body at all (a null
+    payload); answers ``{key, released}``."""
     kind = api.authenticate(request, "producer")
     key = request.path_params["key"]
-    body = schemas.SEND_EVENT.parse(await api.body(request), "")
+    body: dict[str, Any] = {}
+    if not _empty(request):  # (whitespace is not an empty body: a 400, as elsewhere)
+        body = schemas.SEND_EVENT.parse(await api.body(request), "")
     async with api.transaction(kind) as tx:
         released = await api.app.send_event_async(key, body.get("payload"), conn=tx.conn)
     return {"key": key, "released": released}
+
+
+def _empty(request: Request) -> bool:
+    """No body sent: ``Content-Length: 0``, or neither a length nor chunks."""
+    headers = request.headers
+    length = headers.get("content-length")
+    if length is not None:
+        return length.strip() == "0"
+    return "transfer-encoding" not in headers

@@ -362,6 +362,7 @@ def openapi_document(api: Api) -> dict[str, Any]:
                     "EventSent",
                     kind="producer",
                     body="SendEventRequest",
+                    body_required=False,
                     parameters=("key",),
                 )
             },
