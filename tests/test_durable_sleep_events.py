@@ -340,3 +340,26 @@ def test_a_released_job_whose_dedup_key_was_taken_meanwhile_still_runs(
     _run_while(app, send, lambda: bool(later) and finished(app, job_id, *later)())
     assert app.get_job(job_id).result == {"account": "acc-u6", "plan": "b"}
     assert app.get_job(later[0]).result == {"account": "acc-u7", "plan": "a"}
+
+
+def test_send_event_with_conn_commits_with_the_callers_transaction(app: pgqueue.App) -> None:
+    _waiter(app)
+    job_id = app.enqueue("onboard", {"user": "u8"}).job_id
+
+    class Rollback(Exception):
+        pass
+
+    def send() -> bool:
+        if _status(app, job_id) is not pgqueue.JobStatus.WAITING:
+            return False
+        with pytest.raises(Rollback), app.transaction() as conn:
+            assert app.send_event("paid:acc-u8", {"plan": "x"}, conn=conn) == 1
+            raise Rollback
+        assert _status(app, job_id) is pgqueue.JobStatus.WAITING
+        with app.transaction() as conn:
+            app.enqueue("other_side_effect", conn=conn)
+            assert app.send_event("paid:acc-u8", {"plan": "y"}, conn=conn) == 1
+        return True
+
+    _run_while(app, send, finished(app, job_id))
+    assert app.get_job(job_id).result == {"account": "acc-u8", "plan": "y"}
