@@ -590,11 +590,15 @@ class Executor:
             attempt=rj.job.attempt,
         )
 
-    def lose(self, job_id: int) -> None:
-        """The lease was refused (reaped): stop treating the job as ours."""
+    def lose(self, job_id: int, attempt_id: int | None = None) -> None:
+        """The lease of ``attempt_id`` (None: whichever runs) was refused
+        (reaped): stop treating the job as ours. A newer attempt of the same
+        job, leased again by this worker meanwhile, is left alone."""
         rj = self.running.get(job_id)
         if rj is None or _completing_in_transaction(rj):
             return  # the row changed because context.transaction() recorded the job
+        if attempt_id is not None and rj.job.attempt_id != attempt_id:
+            return
         del self.running[job_id]
         rj.lost = True
         if rj.context is not None:
