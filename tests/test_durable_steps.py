@@ -172,8 +172,9 @@ def test_a_stale_attempt_cannot_store_a_step(app: pgqueue.App, db_dsn: str) -> N
     def steal() -> str:
         calls.append(1)
         if len(calls) == 1:
-            # Another holder takes the job: the reaper's requeue, then a new lease.
-            with psycopg.connect(db_dsn, autocommit=True) as conn:
+            # Another holder takes the job: the reaper's requeue, then a new
+            # lease (one transaction: no heartbeat extends the lease between).
+            with psycopg.connect(db_dsn) as conn, conn.transaction():
                 conn.execute(
                     "UPDATE pgqueue.jobs_live SET lease_expires_at = now() - interval '1 s'"
                 )
@@ -190,7 +191,8 @@ def test_a_stale_attempt_cannot_store_a_step(app: pgqueue.App, db_dsn: str) -> N
             raise
 
     job_id = app.enqueue("stale").job_id
-    run_until(app, finished(app, job_id))
+    # One slot: the next attempt starts once the stale one has ended.
+    run_until(app, finished(app, job_id), concurrency=1)
     job = app.get_job(job_id, history=True)
     assert len(seen) == 1
     assert seen[0].job_ids == [job_id]
