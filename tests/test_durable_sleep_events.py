@@ -35,7 +35,7 @@ def test_a_sleep_frees_the_slot_and_does_not_spend_an_attempt(app: pgqueue.App) 
     def sleeper(context: JobContext) -> str:
         order.append("sleeper starts")
         context.step("before", lambda: order.append("before") or 1)
-        context.sleep(1.0)
+        context.sleep(2.0)  # the quick job, due in 0.3 s, runs meanwhile
         context.step("after", lambda: order.append("after") or 2)
         return "awake"
 
