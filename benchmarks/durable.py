@@ -66,36 +66,80 @@ def _probe(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...]) -
     return {"server_ms": doc[0]["Execution Time"], "wall_ms": wall, "wal_bytes": float(wal)}
 
 
+def measure(server: Server, dsn: str) -> dict[str, list[dict[str, float]]]:
+    """Every probe on the migrated database at ``dsn``."""
+    with pgqueue.App(dsn=dsn) as app:
+        app.enqueue_many([pgqueue.JobSpec("t", {"n": i}, queue="b") for i in range(PROBES * 2)])
+    out: dict[str, list[dict[str, float]]] = {
+        "ack": [],
+        "first step": [],
+        "later step": [],
+        "load 20": [],
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        leased = conn.execute(LEASE, ("b", PROBES * 2)).fetchall()
+        plain, durable = leased[:PROBES], leased[PROBES:]
+        server.conn.execute("CHECKPOINT")
+        for job_id, attempt_id in plain:
+            out["ack"].append(_probe(conn, ACK, (job_id, attempt_id)))
+        for job_id, attempt_id in durable:
+            out["first step"].append(_probe(conn, STEP, (job_id, attempt_id, "s0")))
+            out["later step"].append(_probe(conn, STEP, (job_id, attempt_id, "s1")))
+        for job_id, attempt_id in durable[:50]:
+            for i in range(2, STEPS):
+                conn.execute(STEP, (job_id, attempt_id, f"s{i}"))
+            out["load 20"].append(_probe(conn, LOAD, (job_id,)))
+        conn.execute("DELETE FROM pgqueue.job_steps")
+        conn.execute("DELETE FROM pgqueue.jobs")
+    return out
+
+
 def one_rep(server: Server, rep: int) -> dict[str, list[dict[str, float]]]:
     name = f"{DB_PREFIX}{os.getpid()}_durable_{rep}"
     dsn = server.create_db(name)
     try:
         with pgqueue.App(dsn=dsn) as app:
             app.migrate()
-            app.enqueue_many([pgqueue.JobSpec("t", {"n": i}, queue="b") for i in range(PROBES * 2)])
-        out: dict[str, list[dict[str, float]]] = {
-            "ack": [],
-            "first step": [],
-            "later step": [],
-            "load 20": [],
-        }
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-            leased = conn.execute(LEASE, ("b", PROBES * 2)).fetchall()
-            plain, durable = leased[:PROBES], leased[PROBES:]
-            server.conn.execute("CHECKPOINT")
-            for job_id, attempt_id in plain:
-                out["ack"].append(_probe(conn, ACK, (job_id, attempt_id)))
-            for job_id, attempt_id in durable:
-                out["first step"].append(_probe(conn, STEP, (job_id, attempt_id, "s0")))
-                out["later step"].append(_probe(conn, STEP, (job_id, attempt_id, "s1")))
-            for job_id, attempt_id in durable[:50]:
-                for i in range(2, STEPS):
-                    conn.execute(STEP, (job_id, attempt_id, f"s{i}"))
-                out["load 20"].append(_probe(conn, LOAD, (job_id,)))
-        return out
+        return measure(server, dsn)
     finally:
         server.drop_db(name)
+
+
+def medians(reps: list[dict[str, list[dict[str, float]]]]) -> dict[str, dict[str, float]]:
+    """Per statement kind, the median of each figure over every probe of every rep."""
+    out = {}
+    for kind in reps[0]:
+        rows = [r for rep in reps for r in rep[kind]]
+        out[kind] = {k: statistics.median(r[k] for r in rows) for k in FIGURES}
+    return out
+
+
+def w_durable(ctx: Any) -> dict[str, Any]:
+    """The ``durable`` workload of ``python -m benchmarks`` (pgqueue only): a
+    step's server time against an ordinary ack's."""
+    if ctx.system.name != "pgqueue":
+        return {"skipped": "durable tasks are pgqueue's"}
+    med = medians([measure(ctx.server, ctx.dsn)])
+    ack = med["ack"]["server_ms"]
+    ctx.log(table(med, 1))
+    return {
+        "ack_server_ms": ack,
+        "first_step_ratio": med["first step"]["server_ms"] / ack,
+        "later_step_ratio": med["later step"]["server_ms"] / ack,
+        "load_20_ratio": med["load 20"]["server_ms"] / ack,
+        "step_wal_bytes": med["later step"]["wal_bytes"],
+    }
+
+
+def table(med: dict[str, dict[str, float]], reps: int) -> str:
+    head = f"{'statement':<12} {'server ms':>10} {'wall ms':>9} {'WAL B':>7}"
+    lines = [f"{head}  (medians, {reps} reps x {PROBES})"]
+    base = med["ack"]["server_ms"]
+    for kind, m in med.items():
+        figures = f"{m['server_ms']:>10.4f} {m['wall_ms']:>9.3f} {m['wal_bytes']:>7.0f}"
+        lines.append(f"{kind:<12} {figures}  {m['server_ms'] / base:.2f}x ack")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,19 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         reps = [one_rep(server, rep) for rep in range(args.reps)]
     finally:
         server.close()
-    head = f"{'statement':<12} {'server ms':>10} {'wall ms':>9} {'WAL B':>7}"
-    print(f"{head}  (medians, {args.reps} reps x {PROBES})")
-    base = None
-    for kind in reps[0]:
-        rows = [r for rep in reps for r in rep[kind]]
-        med = {
-            k: statistics.median(r[k] for r in rows) for k in ("server_ms", "wall_ms", "wal_bytes")
-        }
-        if kind == "ack":
-            base = med["server_ms"]
-        ratio = f"  {med['server_ms'] / base:.2f}x ack" if base else ""
-        figures = f"{med['server_ms']:>10.4f} {med['wall_ms']:>9.3f} {med['wal_bytes']:>7.0f}"
-        print(f"{kind:<12} {figures}{ratio}")
+    print(table(medians(reps), args.reps))
     return 0
 
 

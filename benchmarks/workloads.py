@@ -14,6 +14,7 @@ from benchmarks.adapters.base import System
 from benchmarks.common import percentile
 from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
+from benchmarks.durable import w_durable
 from benchmarks.http import w_http
 from benchmarks.life import w_life
 from benchmarks.soak import w_soak
@@ -551,6 +552,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "dashboard": w_dashboard,
     "http": w_http,
     "workflows": w_workflows,
+    "durable": w_durable,
 }
 
 ALIASES: dict[str, list[str]] = {
