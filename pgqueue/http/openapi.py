@@ -86,6 +86,24 @@ RESPONSES: dict[str, dict[str, Any]] = {
             "last_error": _NULLABLE_TEXT,
             "result": {},
             "attempt_history": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}},
+            # A durable task's stored steps, sleeps and event waits (pgqueue.StepRecord).
+            "steps": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "status", "kind", "started_at"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "kind": {"type": "string", "enum": ["step", "sleep", "event"]},
+                        "status": {"type": "string"},
+                        "result": {},
+                        "started_at": _TIME,
+                        "finished_at": _NULLABLE_TIME,
+                        "wake_at": _NULLABLE_TIME,
+                        "event_key": _NULLABLE_TEXT,
+                    },
+                },
+            },
         },
     },
     "JobState": {
