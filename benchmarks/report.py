@@ -67,6 +67,13 @@ HEADLINES: dict[str, list[tuple[str, str, bool]]] = {
         ("leaf_ack_batch100_2p_cpu_ratio", "... batch 100 CPU 2p", False),
         ("releasing_ack_ratio", "releasing/ordinary ack", False),
     ],
+    "durable": [
+        ("ack_server_ms", "ack server ms", False),
+        ("first_step_ratio", "first step/ack server time", False),
+        ("later_step_ratio", "later step/ack server time", False),
+        ("load_20_ratio", "load of 20 steps/ack", False),
+        ("step_wal_bytes", "WAL B/step", False),
+    ],
     "xmin-200k": [
         ("rate_clean", "clean jobs/s", True),
         ("rate_held", "held jobs/s", True),

@@ -14,6 +14,7 @@ from benchmarks.adapters.base import System
 from benchmarks.common import percentile
 from benchmarks.dashboard import w_dashboard
 from benchmarks.db import MonitorConnection, Server, table_stats
+from benchmarks.durable import w_durable
 from benchmarks.http import w_http
 from benchmarks.life import w_life
 from benchmarks.process_pool import w_pool
@@ -553,6 +554,7 @@ WORKLOADS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "http": w_http,
     "workflows": w_workflows,
     "pool": w_pool,
+    "durable": w_durable,
 }
 
 ALIASES: dict[str, list[str]] = {

@@ -43,6 +43,7 @@ from pgqueue.ops import (
     admin,
     consume,
     dashboard,
+    durable,
     enqueue,
     inspect,
     maintenance,
@@ -116,6 +117,20 @@ class AsyncAppOperations(AppBase):
             yield conn
 
     # --- workflows -------------------------------------------------------------
+
+    async def send_event_async(
+        self, key: str, payload: Any = None, *, conn: ConnectionLike | None = None
+    ) -> int:
+        """Send the event ``key`` with a JSON ``payload``: stored (kept as long
+        as cancelled jobs) and every job waiting for it in
+        ``context.wait_for_event(key)`` is released, in ``conn``'s transaction
+        when given (nothing happens if it rolls back). A job that waits for
+        ``key`` later gets it at once; sending a key again replaces its
+        payload. Returns how many waiting jobs it released."""
+        return await self._database.run_async(
+            durable.send_event(key, payload, self.max_payload_bytes),
+            await async_connection(conn),
+        )
 
     async def enqueue_workflow_async(
         self, workflow: Workflow, *, conn: ConnectionLike | None = None

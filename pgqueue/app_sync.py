@@ -45,6 +45,7 @@ from pgqueue.ops import (
     admin,
     consume,
     dashboard,
+    durable,
     enqueue,
     inspect,
     maintenance,
@@ -114,6 +115,20 @@ class AppOperations(AppBase):
             yield conn
 
     # --- workflows -------------------------------------------------------------
+
+    def send_event(
+        self, key: str, payload: Any = None, *, conn: ConnectionLike | None = None
+    ) -> int:
+        """Send the event ``key`` with a JSON ``payload``: stored (kept as long
+        as cancelled jobs) and every job waiting for it in
+        ``context.wait_for_event(key)`` is released, in ``conn``'s transaction
+        when given (nothing happens if it rolls back). A job that waits for
+        ``key`` later gets it at once; sending a key again replaces its
+        payload. Returns how many waiting jobs it released."""
+        return self._database.run(
+            durable.send_event(key, payload, self.max_payload_bytes),
+            sync_connection(conn),
+        )
 
     def enqueue_workflow(
         self, workflow: Workflow, *, conn: ConnectionLike | None = None

@@ -119,6 +119,15 @@ class ResultTimeout(PgQueueError, TimeoutError):
     """``result(timeout=...)`` gave up before the job finished."""
 
 
+class EventTimeout(PgQueueError, TimeoutError):
+    """``context.wait_for_event(key, timeout=...)``: the event was not sent in
+    time. Raised in the task, which may catch it."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"event {key!r} was not sent before the wait's timeout")
+        self.key = key
+
+
 class ScheduleNotFound(PgQueueError, LookupError):
     """No schedule with this name exists."""
 

@@ -195,3 +195,39 @@ def explain_job(
             "waiting for a free worker"
         )
     return f"{job} is queued{retry}: " + "; ".join(waits)
+
+
+def durable_state(job: str, row: dict[str, Any], steps: Sequence[Any]) -> str | None:
+    """What a durable task's job sleeps until or waits for, when it does
+    (``steps``: its :class:`pgqueue.StepRecord` list), else None."""
+    now: datetime = row["db_now"]
+    if row["stored_status"] == "waiting":
+        for step in reversed(steps):
+            if step.kind == "event" and step.status == "waiting":
+                until = (
+                    f"until {fmt_time(step.wake_at)} (then EventTimeout)"
+                    if step.wake_at is not None
+                    else "with no timeout"
+                )
+                return (
+                    f"{job} waits for event {step.event_key!r} {until}, holding no worker "
+                    f"slot; `{command('event send ' + str(step.event_key))}` releases it"
+                )
+    if row["stored_status"] in ("queued", "scheduled"):
+        for step in reversed(steps):
+            if step.kind == "sleep" and step.wake_at is not None and step.wake_at > now:
+                return (
+                    f"{job} sleeps until {fmt_time(step.wake_at)} "
+                    f"(in {fmt_span((step.wake_at - now).total_seconds())}, {step.name}), "
+                    "holding no worker slot"
+                )
+    return None
+
+
+def durable_steps(steps: Sequence[Any]) -> str:
+    """The stored steps of a durable task's job, as a trailing clause ("" for none)."""
+    done = [s.name for s in steps if s.kind == "step"]
+    if not done:
+        return ""
+    shown = ", ".join(done[:10]) + (f" and {len(done) - 10} more" if len(done) > 10 else "")
+    return f"; {len(done)} step{'s' if len(done) != 1 else ''} stored: {shown}"

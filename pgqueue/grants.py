@@ -83,6 +83,8 @@ _PRODUCER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SELECT", ("jobs_live", "jobs_succeeded", "jobs_dead", "jobs_cancelled", "retention")),
     # Workflows and dependencies: get_workflow, context.dependency_results().
     ("SELECT", ("workflows", "job_waits", "job_dependencies")),
+    # Durable tasks: a job's steps (get_job), the events sent.
+    ("SELECT", ("job_steps", "events")),
 )
 _WORKER_TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # The worker's "when is the next job due" and the scheduler's "what is due".
@@ -102,6 +104,8 @@ _PRODUCER_FUNCTIONS = (
     "enqueue_payloads",
     "visible_status", "finished_payload",
     "watch_job", "job_status",
+    # Durable tasks: an event releases the jobs waiting for it.
+    "send_event",
 )  # fmt: skip
 _WORKER_FUNCTIONS = (
     # The Python worker's batch statements.
@@ -109,6 +113,8 @@ _WORKER_FUNCTIONS = (
     "reap_jobs",
     "fire_schedules", "register_periodic", "retry_delay", "queue_oldest_ready",
     "publish_tasks",
+    # Durable tasks: a step's result, a sleep, a wait for an event (fenced).
+    "store_step", "wait_event",
     # Its own registration, heartbeat and deregistration, and the reaper's
     # bookkeeping of silent workers.
     "register_worker", "heartbeat_worker", "deregister_worker", "mark_lost_workers",

@@ -46,6 +46,10 @@ class AttemptOutcome(enum.StrEnum):
     RELEASED = "released"
     #: The task raised :class:`pgqueue.Snooze`: queued again, no attempt spent.
     SNOOZED = "snoozed"
+    #: ``context.sleep()``: queued again at the wake-up time, no attempt spent.
+    SLEPT = "slept"
+    #: ``context.wait_for_event()``: the job waits for the event, no attempt spent.
+    WAITED = "waited"
 
 
 class Enqueued(NamedTuple):
@@ -162,6 +166,29 @@ class Job:
     progress: Any = field(default=None, metadata=OMIT_DEFAULT)
     #: Times the job raised :class:`pgqueue.Snooze` (attempts it did not spend).
     snoozes: int = field(default=0, metadata=OMIT_DEFAULT)
+    #: A durable task's stored steps, sleeps and event waits, oldest first
+    #: (read by ``get_job``).
+    steps: list[StepRecord] = field(default_factory=list, metadata=OMIT_DEFAULT)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One stored record of a durable task (``context.step``, ``sleep``,
+    ``wait_for_event``).
+
+    ``status``: a step is ``succeeded`` (its ``result`` stored); a sleep
+    ``sleeping`` until ``wake_at``, then ``slept``; an event wait
+    ``waiting`` (for ``event_key``, until ``wake_at`` when it has a
+    timeout), ``received`` (``result``: the payload) or ``timed_out``."""
+
+    name: str
+    status: str
+    result: Any
+    started_at: datetime
+    finished_at: datetime | None
+    kind: str = "step"
+    wake_at: datetime | None = None
+    event_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -205,8 +232,12 @@ class QueueMetrics:
     paused: bool
     concurrency_limit: int | None = None
     rate_limit: str | None = None
-    #: Jobs waiting for their dependencies (JSON output: only when there are some).
+    #: Jobs waiting for their dependencies or for an event (JSON output: only when there are some).
     waiting: int = field(default=0, metadata=OMIT_DEFAULT)
+    #: Of ``waiting``, durable tasks waiting for an event (``context.wait_for_event``).
+    event_waiting: int = field(default=0, metadata=OMIT_DEFAULT)
+    #: Of ``scheduled``, durable tasks in a ``context.sleep``.
+    sleeping: int = field(default=0, metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,10 @@ from pgqueue._resources import sql_dir
 
 QueryName = Literal[
     "job_enqueue_one",
+    "step_list",
+    "step_store",
+    "step_wait_event",
+    "event_send",
     "job_enqueue_payloads",
     "job_enqueue_batch",
     "job_enqueue_windowed",

@@ -37,7 +37,9 @@ CREATE TYPE {schema}.attempt_outcome AS ENUM (
     'lease_expired',  -- the reaper took the job back from a silent worker
     'cancelled',      -- a cancel was requested while it ran
     'released',       -- handed back unrun (nack): not counted toward max_attempts
-    'snoozed'         -- the task raised Snooze: queued again, not counted
+    'snoozed',        -- the task raised Snooze: queued again, not counted
+    'slept',          -- context.sleep(): queued again at the wake-up time, not counted
+    'waited'          -- context.wait_for_event(): waiting for the event, not counted
 );
 COMMENT ON TYPE {schema}.attempt_outcome IS 'How an attempt ended (job_attempts.outcome).';
 
@@ -438,6 +440,40 @@ COMMENT ON TABLE {schema}.job_waits IS 'A workflow step, or a job with dependenc
 COMMENT ON COLUMN {schema}.job_waits.pending IS 'Dependencies that have not ended yet (the job is released at 0).';
 COMMENT ON COLUMN {schema}.job_waits.blocker IS 'A dependency that ended dead or cancelled (the job is cancelled unless allow_failed).';
 
+-- Durable tasks (context.step, context.sleep, context.wait_for_event): what
+-- each job's earlier runs stored, so that a run again from the task's top
+-- skips it. Rows belong to their job (has_records): retention deletes them
+-- with it. Nothing here is read or written for a job that uses none of it.
+CREATE TABLE {schema}.job_steps (
+    job_id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    status text NOT NULL,
+    result jsonb,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    wake_at timestamp with time zone,
+    event_key text,
+    attempt_id bigint,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name),
+    CONSTRAINT job_steps_kind_check CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'event'::text]))),
+    CONSTRAINT job_steps_status_check CHECK ((status = ANY (ARRAY['succeeded'::text, 'sleeping'::text, 'waiting'::text, 'received'::text, 'timed_out'::text])))
+);
+COMMENT ON TABLE {schema}.job_steps IS
+    'Durable tasks: the stored steps, sleeps and event waits of a job, by name; the job carries has_records.';
+COMMENT ON COLUMN {schema}.job_steps.status IS
+    'step: succeeded (result stored); sleep: sleeping (until wake_at); event: waiting (for event_key, until wake_at if set), received (result: the payload) or timed_out.';
+COMMENT ON COLUMN {schema}.job_steps.attempt_id IS 'The attempt that stored the row.';
+
+CREATE TABLE {schema}.events (
+    key text NOT NULL,
+    payload jsonb,
+    sent_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_pkey PRIMARY KEY (key)
+);
+COMMENT ON TABLE {schema}.events IS
+    'Events sent with send_event(key, payload) for jobs that wait for them; kept as long as cancelled jobs (retention).';
+
 CREATE TABLE {schema}.role_grants (
     role text NOT NULL,
     kind text NOT NULL,
@@ -498,6 +534,13 @@ CREATE INDEX jobs_archive_dedup_created_idx ON {schema}.jobs_archive USING btree
 CREATE INDEX job_dependencies_job_idx ON {schema}.job_dependencies USING btree (job_id);
 CREATE UNIQUE INDEX job_waits_step_idx ON {schema}.job_waits USING btree (workflow_id, step) WHERE (workflow_id IS NOT NULL);
 COMMENT ON INDEX {schema}.job_waits_step_idx IS 'Prevents two steps of one workflow with the same name.';
+CREATE INDEX job_steps_event_idx ON {schema}.job_steps USING btree (event_key) WHERE (status = 'waiting'::text);
+COMMENT ON INDEX {schema}.job_steps_event_idx IS 'The jobs waiting for an event, by key (send_event).';
+CREATE INDEX job_steps_deadline_idx ON {schema}.job_steps USING btree (wake_at) WHERE ((status = 'waiting'::text) AND (wake_at IS NOT NULL));
+COMMENT ON INDEX {schema}.job_steps_deadline_idx IS 'Event waits with a timeout, by deadline (the reaper ends those past it).';
+CREATE INDEX job_steps_sleeping_idx ON {schema}.job_steps USING btree (wake_at) WHERE (status = 'sleeping'::text);
+COMMENT ON INDEX {schema}.job_steps_sleeping_idx IS 'Sleeps by wake-up time (metrics count the jobs asleep now).';
+CREATE INDEX events_sent_idx ON {schema}.events USING btree (sent_at);
 CREATE INDEX workflows_created_idx ON {schema}.workflows USING btree (created_at);
 CREATE INDEX queue_lease_log_idx ON {schema}.queue_lease_log USING btree (queue, leased_at);
 CREATE INDEX task_lease_log_idx ON {schema}.task_lease_log USING btree (task, leased_at);
@@ -2314,7 +2357,7 @@ WITH clock AS MATERIALIZED (
     SELECT CASE WHEN $10 IS NULL THEN now() ELSE coalesce({schema}.trusted_clock($10), now()) END AS now
 ), failed AS (
     SELECT f.job_id, f.attempt_id,
-           CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired', 'snoozed')
+           CASE WHEN f.outcome IN ('failed', 'retry', 'timeout', 'cancelled', 'lease_expired', 'snoozed', 'slept')
                 THEN f.outcome ELSE 'failed' END::{schema}.attempt_outcome AS outcome,
            f.retry_at, f.retry_delay, coalesce(f.permanent, false) AS permanent,
            coalesce(f.error_code, 'error') AS error_code, f.error_message, f.traceback,
@@ -2328,8 +2371,9 @@ WITH clock AS MATERIALIZED (
 ), decided AS (
     SELECT f.*, j.attempts, j.attempt_started_at, j.worker_id, j.notify_finish,
            CASE WHEN j.cancel_requested THEN 'cancelled'
-                -- Snoozed: queued again at now + delay, the attempt not counted.
-                WHEN f.outcome = 'snoozed' THEN 'snooze'
+                -- Snoozed (or slept, context.sleep): queued again at now +
+                -- delay (or retry_at), the attempt not counted.
+                WHEN f.outcome IN ('snoozed', 'slept') THEN 'snooze'
                 -- A task this worker does not know: handed back (not counted)
                 -- within the grace period, or while a live worker knows it.
                 WHEN f.grace IS NOT NULL AND (
@@ -2385,7 +2429,8 @@ WITH clock AS MATERIALIZED (
         attempts = CASE WHEN d.next IN ('defer', 'snooze') THEN j.attempts - 1 ELSE j.attempts END,
         -- NULL until the first snooze, like has_dependents until the first
         -- dependent: a job that uses neither writes no bytes for them.
-        snoozes = CASE WHEN d.next = 'snooze' THEN coalesce(j.snoozes, 0) + 1 ELSE j.snoozes END,
+        snoozes = CASE WHEN d.next = 'snooze' AND d.outcome = 'snoozed'
+                       THEN coalesce(j.snoozes, 0) + 1 ELSE j.snoozes END,
         lease_expires_at = NULL,
         last_error = CASE WHEN d.next = 'snooze' THEN j.last_error
                           ELSE left(d.error_code || ': ' || coalesce(d.error_message, ''), 2000) END,
@@ -2780,6 +2825,224 @@ END;
 $$;
 
 -- =====================================================================================
+-- Functions: durable tasks (steps, sleeps, events)
+-- =====================================================================================
+
+CREATE FUNCTION {schema}.store_step(p_job_id bigint, p_attempt_id bigint, p_name text, p_kind text, p_status text, p_result jsonb, p_started_at timestamp with time zone, p_wake_at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- Store a step's result (or a sleep) of a running job, fenced like a
+-- completion: only while the job is running under p_attempt_id. The row
+-- lock keeps the reaper (SKIP LOCKED) off the job until this commits.
+-- False: the lease was lost, nothing was stored. A name already stored is
+-- left as it is (a stored step never changes).
+DECLARE
+    v_records boolean;
+BEGIN
+    SELECT j.has_records INTO v_records FROM {schema}.jobs_live j
+    WHERE j.id = p_job_id AND j.attempt_id = p_attempt_id AND j.status = 'running'
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_records IS NOT TRUE THEN
+        UPDATE {schema}.jobs_live j SET has_records = true WHERE j.id = p_job_id;
+    END IF;
+    INSERT INTO {schema}.job_steps AS s
+        (job_id, name, kind, status, result, started_at, finished_at, wake_at, attempt_id)
+    VALUES (p_job_id, p_name, p_kind, p_status, p_result, coalesce(p_started_at, now()),
+            CASE WHEN p_kind = 'sleep' THEN p_wake_at ELSE now() END, p_wake_at, p_attempt_id)
+    ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+    RETURN true;
+END;
+$$;
+
+CREATE FUNCTION {schema}.release_event_waits(p_job_ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- Jobs that waited for an event (status waiting, a job_steps row decided):
+-- queued again now, announced to the workers. Returns how many. A waiting
+-- job is outside the dedup index: when another live job took its dedup key
+-- meanwhile, it comes back without its key rather than fail the sender.
+DECLARE
+    v_n bigint;
+BEGIN
+    IF p_job_ids IS NULL OR cardinality(p_job_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    WITH released AS (
+        UPDATE {schema}.jobs_live j
+        SET status = 'queued', run_at = now(),
+            dedup_key = CASE WHEN j.dedup_key IS NOT NULL AND EXISTS (
+                                 SELECT 1 FROM {schema}.jobs_live o
+                                 WHERE o.queue = j.queue AND o.dedup_key = j.dedup_key
+                                   AND o.stage IN ('queued', 'scheduled') AND o.id <> j.id)
+                             THEN NULL ELSE j.dedup_key END
+        WHERE j.id = ANY (p_job_ids) AND j.status = 'waiting'
+        RETURNING j.id, j.queue, j.priority, j.run_at
+    ), announced AS (
+        SELECT count({schema}.announce_ready(f.queue, f.priority, f.run_at, f.id)) AS n
+        FROM (SELECT DISTINCT ON (r.queue) r.queue, r.priority, r.run_at, r.id
+              FROM released r ORDER BY r.queue, r.priority DESC, r.run_at, r.id) f
+    ), notified AS (
+        SELECT count(pg_notify({channel}, 'j:' || q.queue)) AS n
+        FROM (SELECT DISTINCT r.queue FROM released r) q
+    )
+    SELECT (SELECT count(*) FROM released) + 0 * ((SELECT a.n FROM announced a) + (SELECT n.n FROM notified n))
+    INTO v_n;
+    RETURN v_n;
+END;
+$$;
+
+CREATE FUNCTION {schema}.wait_event(p_job_id bigint, p_attempt_id bigint, p_name text, p_key text, p_timeout double precision, p_started_at timestamp with time zone) RETURNS TABLE(outcome text, payload jsonb)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- context.wait_for_event for a running job (fenced by p_attempt_id):
+-- 'received' with the payload when the event was sent (now or before),
+-- 'timed_out' when the wait's deadline (now + p_timeout seconds at the
+-- first wait) passed, else 'waiting': the job is set waiting (no slot, the
+-- attempt not counted) until send_event or the reaper releases it.
+-- 'cancelled': a cancel was requested (nothing changed), 'lost': the lease
+-- was lost. The key's advisory lock orders this against send_event: an
+-- event committed before is seen here, one sent after finds the wait.
+#variable_conflict use_column
+DECLARE
+    v_job      record;
+    v_payload  jsonb;
+    v_deadline timestamptz;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7215));
+    SELECT j.id, j.attempts, j.attempt_started_at, j.worker_id, j.cancel_requested
+    INTO v_job FROM {schema}.jobs_live j
+    WHERE j.id = p_job_id AND j.attempt_id = p_attempt_id AND j.status = 'running'
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'lost'::text, NULL::jsonb;
+        RETURN;
+    END IF;
+    SELECT e.payload INTO v_payload FROM {schema}.events e WHERE e.key = p_key;
+    IF FOUND THEN
+        INSERT INTO {schema}.job_steps AS s
+            (job_id, name, kind, status, result, started_at, finished_at, event_key, attempt_id)
+        VALUES (p_job_id, p_name, 'event', 'received', v_payload, coalesce(p_started_at, now()),
+                now(), p_key, p_attempt_id)
+        ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
+        SET status = 'received', result = EXCLUDED.result, finished_at = EXCLUDED.finished_at;
+        UPDATE {schema}.jobs_live j SET has_records = true
+        WHERE j.id = p_job_id AND j.has_records IS NOT TRUE;
+        RETURN QUERY SELECT 'received'::text, v_payload;
+        RETURN;
+    END IF;
+    SELECT coalesce(s.wake_at, CASE WHEN p_timeout IS NOT NULL
+                                    THEN now() + make_interval(secs => least(greatest(p_timeout, 0), 3153600000)) END)
+    INTO v_deadline
+    FROM (SELECT 1) one
+    LEFT JOIN {schema}.job_steps s ON s.job_id = p_job_id AND s.name = p_name;
+    IF v_deadline IS NOT NULL AND v_deadline <= now() THEN
+        INSERT INTO {schema}.job_steps AS s
+            (job_id, name, kind, status, started_at, finished_at, wake_at, event_key, attempt_id)
+        VALUES (p_job_id, p_name, 'event', 'timed_out', coalesce(p_started_at, now()), now(),
+                v_deadline, p_key, p_attempt_id)
+        ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
+        SET status = 'timed_out', finished_at = EXCLUDED.finished_at;
+        UPDATE {schema}.jobs_live j SET has_records = true
+        WHERE j.id = p_job_id AND j.has_records IS NOT TRUE;
+        RETURN QUERY SELECT 'timed_out'::text, NULL::jsonb;
+        RETURN;
+    END IF;
+    IF v_job.cancel_requested THEN
+        RETURN QUERY SELECT 'cancelled'::text, NULL::jsonb;
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.job_steps AS s
+        (job_id, name, kind, status, started_at, wake_at, event_key, attempt_id)
+    VALUES (p_job_id, p_name, 'event', 'waiting', coalesce(p_started_at, now()), v_deadline,
+            p_key, p_attempt_id)
+    ON CONFLICT ON CONSTRAINT job_steps_pkey DO UPDATE
+    SET status = 'waiting', wake_at = EXCLUDED.wake_at, event_key = EXCLUDED.event_key,
+        finished_at = NULL;
+    -- Waiting: no lease, no slot; the attempt is given back (as a snooze).
+    UPDATE {schema}.jobs_live j
+    SET status = 'waiting', attempts = j.attempts - 1, lease_expires_at = NULL, has_records = true
+    WHERE j.id = p_job_id;
+    INSERT INTO {schema}.job_attempts (id, job_id, attempt, outcome, started_at, finished_at, worker_id)
+    VALUES (p_attempt_id, p_job_id, v_job.attempts, 'waited', v_job.attempt_started_at, now(),
+            v_job.worker_id);
+    RETURN QUERY SELECT 'waiting'::text, NULL::jsonb;
+END;
+$$;
+
+CREATE FUNCTION {schema}.send_event(key text, payload jsonb DEFAULT NULL::jsonb) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- Store an event (a key sent again replaces its payload) and release every
+-- job waiting for it, in the caller's transaction: they are queued when it
+-- commits, and nothing happens if it rolls back. Returns how many jobs it
+-- released. Events are kept as long as cancelled jobs (retention).
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+BEGIN
+    IF send_event.key IS NULL OR octet_length(send_event.key) NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'pgqueue: an event key must be text of 1 to 1000 bytes'
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(send_event.key, 7215));
+    INSERT INTO {schema}.events AS e (key, payload, sent_at)
+    VALUES (send_event.key, send_event.payload, now())
+    ON CONFLICT ON CONSTRAINT events_pkey DO UPDATE
+    SET payload = EXCLUDED.payload, sent_at = EXCLUDED.sent_at;
+    WITH got AS (
+        UPDATE {schema}.job_steps s
+        SET status = 'received', result = send_event.payload, finished_at = now()
+        WHERE s.event_key = send_event.key AND s.status = 'waiting'
+        RETURNING s.job_id
+    )
+    SELECT array_agg(g.job_id) INTO v_ids FROM got g;
+    RETURN {schema}.release_event_waits(v_ids);
+END;
+$$;
+
+CREATE FUNCTION {schema}.expire_event_waits(p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+-- The reaper's turn for durable tasks: event waits past their deadline end
+-- timed_out and their jobs are queued again (the task then raises
+-- EventTimeout); events older than the cancelled jobs' retention go. Up
+-- to p_limit of each per call.
+DECLARE
+    v_ids bigint[];
+BEGIN
+    WITH due AS (
+        SELECT s.job_id, s.name FROM {schema}.job_steps s
+        WHERE s.status = 'waiting' AND s.wake_at IS NOT NULL AND s.wake_at <= now()
+        ORDER BY s.wake_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), ended AS (
+        UPDATE {schema}.job_steps s SET status = 'timed_out', finished_at = now()
+        FROM due d
+        WHERE s.job_id = d.job_id AND s.name = d.name
+        RETURNING s.job_id
+    )
+    SELECT array_agg(e.job_id) INTO v_ids FROM ended e;
+    DELETE FROM {schema}.events e
+    WHERE e.key = ANY (ARRAY(
+        SELECT x.key FROM {schema}.events x
+        WHERE x.sent_at < now() - (SELECT r.cancelled FROM {schema}.retention r)
+        ORDER BY x.sent_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED));
+    RETURN {schema}.release_event_waits(v_ids);
+END;
+$$;
+
+-- =====================================================================================
 -- Functions: maintain (reaper, retention, archive, workers, tasks, schedules)
 -- =====================================================================================
 
@@ -2790,6 +3053,8 @@ CREATE FUNCTION {schema}.reap_jobs(p_limit integer, p_now timestamp with time zo
 BEGIN
     -- Un-hold serial-key jobs left held by a race (0015), a bounded window per call.
     PERFORM {schema}.serial_unhold_stale(least(greatest(p_limit, 1), 10000));
+    -- Event waits past their timeout, and events past retention.
+    PERFORM {schema}.expire_event_waits(least(greatest(p_limit, 1), 10000));
     -- EXECUTE: planned for the arrays at hand on every call, as the
     -- statement was before; a cached generic plan joins them quadratically.
     RETURN QUERY EXECUTE $q$
@@ -3071,11 +3336,13 @@ CREATE FUNCTION {schema}.forget_records(p_ids bigint[]) RETURNS void
     LANGUAGE sql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    -- What belongs to these jobs outside their rows: attempts, dependency
-    -- edges (both ways), workflow steps, and their workflows once no step
+    -- What belongs to these jobs outside their rows: attempts, durable
+    -- steps, dependency edges (both ways), workflow steps, and their workflows once no step
     -- of them is left. For jobs retention deletes.
     WITH attempts AS (
         DELETE FROM {schema}.job_attempts a WHERE a.job_id = ANY (p_ids)
+    ), steps AS (
+        DELETE FROM {schema}.job_steps s WHERE s.job_id = ANY (p_ids)
     ), edges_in AS (
         DELETE FROM {schema}.job_dependencies d WHERE d.job_id = ANY (p_ids)
     ), edges_out AS (

@@ -671,6 +671,7 @@ def test_openapi_document(server: Server) -> None:
         "/v1/ack",
         "/v1/queues/{queue}/lease",
         "/v1/queues/{queue}/metrics",
+        "/v1/events/{key}",
         "/v1/openapi.json",
     }
     enqueue = document["components"]["schemas"]["EnqueueRequest"]

@@ -156,6 +156,8 @@ CALLS: dict[str, Call] = {
     ),
     "watch_job": Call("producer", "SELECT pgqueue.watch_job(%s)", Context.queued),
     "job_status": Call("producer", "SELECT * FROM pgqueue.job_status(%s)", Context.queued),
+    # Durable tasks: an event releases the jobs waiting for it.
+    "send_event": Call("producer", "SELECT pgqueue.send_event('paid:1', '{\"plan\": \"pro\"}')"),
     # --- worker: the batch statements -------------------------------------------
     "lease_jobs": Call(
         "worker", "SELECT * FROM pgqueue.lease_jobs(ARRAY['default'], 'w', 1)", Context.ready
@@ -178,6 +180,17 @@ CALLS: dict[str, Call] = {
         Context.leased,
     ),
     "reap_jobs": Call("worker", "SELECT * FROM pgqueue.reap_jobs(10)", _expired),
+    # --- worker: durable tasks ---------------------------------------------------
+    "store_step": Call(
+        "worker",
+        "SELECT pgqueue.store_step(%s, %s, 'charge', 'step', 'succeeded', '1', NULL)",
+        Context.leased,
+    ),
+    "wait_event": Call(
+        "worker",
+        "SELECT * FROM pgqueue.wait_event(%s, %s, 'event:k', 'k', 60, NULL)",
+        Context.leased,
+    ),
     # --- worker: schedules, tasks, registration, maintenance --------------------
     "fire_schedules": Call(
         "worker",

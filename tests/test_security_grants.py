@@ -243,6 +243,9 @@ def test_enqueue_functions_run_as_owner_with_a_pinned_search_path(db_dsn: str) -
         # partitions' leaves as the owner; operators change retention.
         "retention_plan", "retention_create_leaf", "retention_drop_leaf", "retention_purge",
         "set_retention", "maintenance_claim", "maintenance_done", "maintenance_release",
+        # Durable tasks: steps and event waits fenced by the attempt id, and
+        # events that release waiting jobs.
+        "store_step", "wait_event", "send_event",
     }  # fmt: skip
     for name in definers:
         assert functions[name][1][0] == pinned[0], name

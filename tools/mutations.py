@@ -86,6 +86,81 @@ def _scan_edits(scan: str, old: str, new: str) -> tuple[Edit, ...]:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # --- durable tasks ------------------------------------------------------------
+    Mutation(
+        "step-store-unfenced",
+        "an attempt whose lease was reaped still stores its step",
+        (
+            Edit(
+                SCHEMA,
+                "    SELECT j.has_records INTO v_records FROM {schema}.jobs_live j\n"
+                "    WHERE j.id = p_job_id AND j.attempt_id = p_attempt_id"
+                " AND j.status = 'running'\n",
+                "    SELECT j.has_records INTO v_records FROM {schema}.jobs_live j\n"
+                "    WHERE j.id = p_job_id\n",
+            ),
+        ),
+        ("tests/test_durable_steps.py::test_a_stale_attempt_cannot_store_a_step",),
+    ),
+    Mutation(
+        "step-runs-again",
+        "a stored step of a sync task runs its function again on a retry",
+        (
+            Edit(
+                "pgqueue/worker/durable.py",
+                "        found = self.records_sync().get(name)\n"
+                '        if found is not None and found.kind == "step":\n',
+                "        found = self.records_sync().get(name)\n"
+                '        if found is not None and found.kind == "step" and False:\n',
+            ),
+        ),
+        ("tests/test_durable_steps.py::test_a_sync_task_runs_each_step_once_across_retries",),
+    ),
+    Mutation(
+        "sleep-spends-an-attempt",
+        "context.sleep spends an attempt (a job of max_attempts=1 dies asleep)",
+        (
+            Edit(
+                SCHEMA,
+                "WHEN f.outcome IN ('snoozed', 'slept') THEN 'snooze'",
+                "WHEN f.outcome = 'snoozed' THEN 'snooze'",
+            ),
+        ),
+        (
+            "tests/test_durable_sleep_events.py::"
+            "test_a_sleep_frees_the_slot_and_does_not_spend_an_attempt",
+        ),
+    ),
+    Mutation(
+        "event-releases-nothing",
+        "send_event stores the event but leaves the waiting jobs waiting",
+        (
+            Edit(
+                SCHEMA,
+                "    SELECT array_agg(g.job_id) INTO v_ids FROM got g;\n"
+                "    RETURN {schema}.release_event_waits(v_ids);\n",
+                "    SELECT array_agg(g.job_id) INTO v_ids FROM got g;\n    RETURN 0;\n",
+            ),
+        ),
+        (
+            "tests/test_durable_sleep_events.py::"
+            "test_an_event_sent_from_sql_releases_only_when_its_transaction_commits",
+        ),
+    ),
+    Mutation(
+        "event-before-wait-missed",
+        "a job waiting for an event sent before the wait waits forever",
+        (
+            Edit(
+                SCHEMA,
+                "    SELECT e.payload INTO v_payload FROM {schema}.events e WHERE e.key = p_key;\n",
+                "    SELECT e.payload INTO v_payload FROM {schema}.events e WHERE false;\n",
+            ),
+        ),
+        (
+            "tests/test_durable_sleep_events.py::test_an_event_sent_before_the_wait_is_found_at_once",
+        ),
+    ),
     # --- issue 43 #13: the dedup window's boundary ---------------------------------
     Mutation(
         "dedup-window-live-boundary",

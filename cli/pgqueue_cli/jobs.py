@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
@@ -173,12 +174,37 @@ def show(
         output.info("no attempts yet")
     else:
         _print_attempts(attempts)
+    if job.steps:
+        _print_steps(job.steps)
     if tracebacks:
         for a in attempts:
             if a.traceback:
                 output.info(f"--- attempt {a.attempt} traceback ---")
                 console.print(a.traceback, markup=False, highlight=False)
     output.info(f"why: {explanation}")
+
+
+def _print_steps(steps: list[pgqueue.StepRecord]) -> None:
+    """A durable task's stored steps, sleeps and event waits."""
+    output.stdout().print(
+        output.table(
+            "steps",
+            ("name", "kind", "status", "result", "started", "finished", "until", "event"),
+            [
+                (
+                    s.name,
+                    s.kind,
+                    s.status,
+                    output.shorten(json.dumps(s.result)) if s.result is not None else None,
+                    s.started_at,
+                    s.finished_at,
+                    s.wake_at,
+                    s.event_key,
+                )
+                for s in steps
+            ],
+        )
+    )
 
 
 def _print_attempts(attempts: list[pgqueue.Attempt]) -> None:

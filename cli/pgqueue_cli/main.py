@@ -24,6 +24,7 @@ from pgqueue_cli import (
     dev,
     dlq,
     enqueue,
+    event,
     grant,
     helptext,
     jobs,
@@ -365,6 +366,8 @@ app.add_typer(task.app)
 app.command()(task.tasks)
 app.add_typer(workers.app)
 app.add_typer(workflow.app)
+# Durable tasks: events.
+app.add_typer(event.app)
 
 
 def run() -> None:

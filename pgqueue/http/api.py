@@ -44,6 +44,7 @@ from pgqueue.errors import (
 )
 from pgqueue.grants import Kind
 from pgqueue.http import schemas
+from pgqueue.http.events import send_event
 from pgqueue.http.limits import Category, Limits, retry_after
 from pgqueue.http.listener import BATCH_WINDOW, Waiters
 from pgqueue.http.openapi import openapi_document
@@ -589,6 +590,7 @@ ROUTES: tuple[tuple[str, str, Callable[[Api, Request], Awaitable[Any]]], ...] = 
     ("/v1/ack", "POST", ack_many),
     ("/v1/queues/{queue}/lease", "POST", lease),
     ("/v1/queues/{queue}/metrics", "GET", metrics),
+    ("/v1/events/{key}", "POST", send_event),  # durable tasks (pgqueue/http/events.py)
     ("/v1/openapi.json", "GET", openapi),
 )
 

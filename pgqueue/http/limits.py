@@ -7,7 +7,8 @@ per-token request rates.
   connection, though no database session); past it, ``503 busy``.
 - ``max_long_polls_per_token``: the same, per token, so that one client
   cannot take every slot; past it, ``429 rate_limited``.
-- ``rates``: per token and per kind of request (``enqueue``, ``lease``,
+- ``rates``: per token and per kind of request (``enqueue``: jobs and
+  events, ``lease``,
   ``complete``: ack/fail/nack/extend, ``read``: get/metrics/openapi,
   ``admin``: cancel/requeue), ``COUNT/PERIOD`` such as ``100/1s``: a token
   bucket of COUNT requests refilled over PERIOD. Past it, ``429

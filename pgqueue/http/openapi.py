@@ -87,6 +87,24 @@ RESPONSES: dict[str, dict[str, Any]] = {
             "last_error": _NULLABLE_TEXT,
             "result": {},
             "attempt_history": {"type": "array", "items": {"$ref": "#/components/schemas/Attempt"}},
+            # A durable task's stored steps, sleeps and event waits (pgqueue.StepRecord).
+            "steps": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "status", "kind", "started_at"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "kind": {"type": "string", "enum": ["step", "sleep", "event"]},
+                        "status": {"type": "string"},
+                        "result": {},
+                        "started_at": _TIME,
+                        "finished_at": _NULLABLE_TIME,
+                        "wake_at": _NULLABLE_TIME,
+                        "event_key": _NULLABLE_TEXT,
+                    },
+                },
+            },
         },
     },
     "JobState": {
@@ -98,6 +116,11 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "type": "object",
         "required": ["job_id", "acked"],
         "properties": {"job_id": _INT, "acked": {"type": "boolean"}},
+    },
+    "EventSent": {
+        "type": "object",
+        "required": ["key", "released"],
+        "properties": {"key": {"type": "string"}, "released": {"type": "integer", "minimum": 0}},
     },
     "Extended": {
         "type": "object",
@@ -238,6 +261,15 @@ def _operation(
                 "schema": {"type": "string", "pattern": schemas.QUEUE},
             }
         )
+    if "key" in parameters:
+        params.append(
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "pattern": schemas.NO_NUL},
+            }
+        )
     if "history" in parameters:
         params.append(
             {
@@ -268,6 +300,7 @@ def openapi_document(api: Api) -> dict[str, Any]:
         schemas.NACK,
         schemas.EXTEND,
         schemas.ACK_MANY,
+        schemas.SEND_EVENT,
     ]
     components = {b.name: b.schema() for b in bodies}
     # The batch's items are the enqueue body: refer to it.
@@ -344,6 +377,16 @@ def openapi_document(api: Api) -> dict[str, Any]:
             "/v1/queues/{queue}/metrics": {
                 "get": _operation(
                     "Queue metrics", "QueueMetrics", kind="producer", parameters=("queue",)
+                )
+            },
+            "/v1/events/{key}": {
+                "post": _operation(
+                    "Send event",
+                    "EventSent",
+                    kind="producer",
+                    body="SendEventRequest",
+                    body_required=False,
+                    parameters=("key",),
                 )
             },
             "/v1/openapi.json": {

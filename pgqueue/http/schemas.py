@@ -441,6 +441,9 @@ FAIL = Body(
         "permanent": Prop(Bool(), description="Dead-letter now."),
     },
 )
+SEND_EVENT = Body(
+    "SendEventRequest", {"payload": Prop(AnyJson(), description="The event's payload (any JSON).")}
+)
 NACK = Body("NackRequest", {"attempt_id": Prop(ATTEMPT_ID, required=True)})
 EXTEND = Body(
     "ExtendRequest",

@@ -18,9 +18,10 @@ from pgqueue.errors import (
     ResultNotStored,
     ResultTimeout,
 )
-from pgqueue.explain import explain_job
-from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics
+from pgqueue.explain import durable_state, durable_steps, explain_job
+from pgqueue.models import Attempt, AttemptOutcome, Job, JobStatus, Page, QueueMetrics, StepRecord
 from pgqueue.ops import Execute, Listen, Op, WaitNotify
+from pgqueue.ops.durable import list_steps
 from pgqueue.payloads import RESULT_NOT_STORED
 
 _JOB_FIELDS = (
@@ -46,10 +47,14 @@ _JOB_FIELDS = (
 _OPTIONAL_FIELDS = ("tags", "meta", "progress", "snoozes")
 
 
-def job_from_row(row: dict[str, Any], history: list[Attempt] | None = None) -> Job:
+def job_from_row(
+    row: dict[str, Any], history: list[Attempt] | None = None, steps: list[StepRecord] | None = None
+) -> Job:
     values = {k: row[k] for k in _JOB_FIELDS}
     values["status"] = JobStatus(values["status"])
     values.update({k: row[k] for k in _OPTIONAL_FIELDS if row.get(k) is not None})
+    if steps:
+        values["steps"] = steps
     return Job(**values, attempt_history=history)
 
 
@@ -76,7 +81,8 @@ def _get_job(job_id: int, history: bool) -> Op[Job]:
     if history:
         rows = yield Execute("job_attempt_history", {"job_id": job_id}, rows="dict")
         attempts = [attempt_from_row(r) for r in rows]
-    return job_from_row(row, attempts)
+    steps = yield from list_steps(job_id)
+    return job_from_row(row, attempts, steps)
 
 
 _STORED = {
@@ -462,6 +468,8 @@ def _metrics(queue: str | None, cap: int) -> Op[dict[str, QueueMetrics]]:
             paused=q.row["paused"],
             concurrency_limit=q.row["concurrency_limit"],
             rate_limit=rate_text(q.row["rate_limit"], q.row["rate_period_seconds"]),
+            event_waiting=q.row["event_waiting"],
+            sleeping=q.row["sleeping"],
         )
         for q in found
     }
@@ -479,6 +487,17 @@ def _explain(job_id: int) -> Op[str]:
     row = yield Execute("job_get", {"job_id": job_id}, fetch="one", rows="dict")
     if row is None:
         raise JobNotFound(job_id)
+    steps = yield from list_steps(job_id)
+    text = yield from _explain_row(job_id, row, steps)
+    return text + durable_steps(steps)
+
+
+def _explain_row(job_id: int, row: dict[str, Any], steps: list[StepRecord]) -> Op[str]:
+    if steps and not row["archived"]:
+        job = f"job {job_id} ({row['task']}, queue {row['queue']!r})"
+        durable = durable_state(job, row, steps)
+        if durable is not None:
+            return durable
     context: dict[str, Any] = {}
     if row["stored_status"] in ("queued", "scheduled", "running") and not row["archived"]:
         context = (

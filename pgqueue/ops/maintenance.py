@@ -196,6 +196,8 @@ VACUUM_TABLES = (
     "job_dependencies",
     "retention",
     "maintenance",
+    "job_steps",
+    "events",
 )
 
 

@@ -4,7 +4,7 @@
 >>> checkout.enqueue(order_id=42)                        # doctest: +SKIP
 >>> assert_enqueued(app, checkout, payload={"order_id": 42})   # doctest: +SKIP
 >>> drain(app)                                            # doctest: +SKIP
-DrainResult(succeeded=2, failed=0, dead=0, cancelled=0, snoozed=0)
+DrainResult(succeeded=2, failed=0, dead=0, cancelled=0, snoozed=0, slept=0, waited=0)
 
 The pytest plugin (entry point ``pgqueue``) adds the fixtures
 ``pgqueue_dsn`` and ``pgqueue_isolated``; see :mod:`pgqueue_pytest`.

@@ -67,6 +67,10 @@ class DrainResult:
       they ran). Jobs cancelled before they ran are not counted.
     - ``snoozed``: attempts that raised :class:`pgqueue.Snooze` and left the
       job queued again without spending an attempt.
+    - ``slept``: attempts that ended in ``context.sleep`` (the job is
+      scheduled for its wake-up; ``with_scheduled=True`` runs it then).
+    - ``waited``: attempts that ended waiting for an event
+      (``context.wait_for_event``; the job runs again once it is sent).
     """
 
     succeeded: int = 0
@@ -74,11 +78,21 @@ class DrainResult:
     dead: int = 0
     cancelled: int = 0
     snoozed: int = 0
+    slept: int = 0
+    waited: int = 0
 
     @property
     def total(self) -> int:
         """Attempts run (each outcome above counts one)."""
-        return self.succeeded + self.failed + self.dead + self.cancelled + self.snoozed
+        return (
+            self.succeeded
+            + self.failed
+            + self.dead
+            + self.cancelled
+            + self.snoozed
+            + self.slept
+            + self.waited
+        )
 
 
 def drain(
@@ -137,6 +151,10 @@ async def drain_async(
 ) -> DrainResult:
     """Async twin of :func:`drain` (runs on the caller's event loop)."""
     return await _Drain.of(app, queue, with_scheduled=with_scheduled, max_jobs=max_jobs).run()
+
+
+#: Attempt outcomes that leave the job to run again without spending an attempt.
+_NOT_SPENT = (AttemptOutcome.SNOOZED, AttemptOutcome.SLEPT, AttemptOutcome.WAITED)
 
 
 class _JumpingClock:
@@ -237,7 +255,9 @@ class _Drain:
 
     async def _loop(self, parts: JobParts, limit: int, beating: asyncio.Task[None]) -> DrainResult:
         executor, completer = parts.executor, parts.completer
-        tally = dict.fromkeys(("succeeded", "failed", "dead", "cancelled", "snoozed"), 0)
+        tally = dict.fromkeys(
+            ("succeeded", "failed", "dead", "cancelled", "snoozed", "slept", "waited"), 0
+        )
         ran = 0
         while ran < limit:
             jobs, leased_at = await self._lease()
@@ -315,8 +335,8 @@ class _Drain:
             status = statuses.get(job.job_id)
             if status in final:
                 outcomes.append(str(status))
-            elif recorded.get(job.attempt_id) == AttemptOutcome.SNOOZED:
-                outcomes.append("snoozed")
+            elif recorded.get(job.attempt_id) in _NOT_SPENT:
+                outcomes.append(str(recorded[job.attempt_id]))
             else:  # queued or scheduled again: the attempt failed, the job will be retried
                 outcomes.append("failed")
         return outcomes

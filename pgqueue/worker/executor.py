@@ -32,11 +32,13 @@ from pgqueue.ops.tasks import PublishedTask
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.retry import Permanent, Retry, Snooze
 from pgqueue.telemetry.observer import NULL_OBSERVER, WorkerObserver
+from pgqueue.worker.durable import Parked, SleepUntil
 
 if TYPE_CHECKING:
     from pgqueue.middleware import Middleware
     from pgqueue.models import TaskSettings
     from pgqueue.worker.completer import Completer
+    from pgqueue.worker.durable import DurableSource
     from pgqueue.worker.process_pool import ChildOutcome, ProcessPool
     from pgqueue.worker.progress import ProgressWriter
     from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
@@ -158,11 +160,13 @@ class Executor:
         unknown_task_grace: float = 3600.0,
         heartbeat_wake: Callable[[], None] = _nothing,
         pool: ProcessPool | None = None,
+        durable: DurableSource | None = None,
     ) -> None:
         self.pool = pool  # --pool process: sync tasks run in its children
         self.capacity_timer: asyncio.TimerHandle | None = None
         self.coalesce_slots = max(1, concurrency // 2)
         self.dependencies = dependencies
+        self.durable = durable  # context.step, sleep, wait_for_event; None: unavailable
         self.worker_id = worker_id
         self.live_settings: Mapping[str, TaskSettings] = (
             {} if live_settings is None else live_settings
@@ -270,6 +274,8 @@ class Executor:
                 if self.dependencies is None
                 else partial(self.dependencies, job.job_id),
                 _transactions=rj.transactions,
+                _durable=self.durable,
+                _is_async=task.is_async,
             )
             if task.pass_context:
                 kwargs = {**kwargs, "context": rj.context}
@@ -553,6 +559,19 @@ class Executor:
                     error=None if exc is None else repr(exc),
                 )
             return
+        if isinstance(exc, Parked):
+            # wait_for_event set the job waiting in the database: nothing to record.
+            self.running.pop(job.job_id, None)
+            self.jlog.info(
+                "job waits for an event",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                event_key=exc.key,
+            )
+            self.observer.finished(rj, AttemptOutcome.WAITED.value, None)
+            return
         if rj.lost:
             self.running.pop(job.job_id, None)
             log.warning(
@@ -609,6 +628,16 @@ class Executor:
                     "cancelled",
                     "cancelled while running",
                 )
+        if isinstance(exc, SleepUntil):
+            # context.sleep: queued again at the wake-up time, the attempt not spent.
+            return Failure(
+                job.job_id,
+                job.attempt_id,
+                AttemptOutcome.SLEPT,
+                AttemptOutcome.SLEPT.value,
+                str(exc),
+                retry_at=exc.wake_at,
+            )
         return failure_of(job.job_id, job.attempt_id, classify_exception(exc, rj.task, job.payload))
 
     def _record_failure(
@@ -620,9 +649,9 @@ class Executor:
     ) -> None:
         job = rj.job
         self.completer.fail(rj, failure)
-        if failure.outcome is AttemptOutcome.SNOOZED:
+        if failure.outcome is AttemptOutcome.SNOOZED or failure.outcome is AttemptOutcome.SLEPT:
             self.jlog.info(
-                "job snoozed",
+                "job snoozed" if failure.outcome is AttemptOutcome.SNOOZED else "job sleeps",
                 job_id=job.job_id,
                 task=job.task,
                 queue=job.queue,
@@ -709,11 +738,15 @@ class Executor:
             return
         self.pool.kill_job(rj.job.job_id, "cancel")
 
-    def lose(self, job_id: int) -> None:
-        """The lease was refused (reaped): stop treating the job as ours."""
+    def lose(self, job_id: int, attempt_id: int | None = None) -> None:
+        """The lease of ``attempt_id`` (None: whichever runs) was refused
+        (reaped): stop treating the job as ours. A newer attempt of the same
+        job, leased again by this worker meanwhile, is left alone."""
         rj = self.running.get(job_id)
         if rj is None or _completing_in_transaction(rj) or rj.child_committing:
             return  # the row changed because context.transaction() recorded the job
+        if attempt_id is not None and rj.job.attempt_id != attempt_id:
+            return
         del self.running[job_id]
         rj.lost = True
         if rj.context is not None:

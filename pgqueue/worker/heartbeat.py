@@ -183,7 +183,7 @@ class Heartbeat:
                     self.executor.cancel(job_id)
             elif rj.handle is not None and not rj.handle.done():
                 # Still executing, yet the database refused: the lease was reaped.
-                self.executor.lose(job_id)
+                self.executor.lose(job_id, rj.job.attempt_id)
 
     async def _poll_cancels(self) -> None:
         executing = [

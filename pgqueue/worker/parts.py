@@ -19,6 +19,7 @@ from pgqueue.errors import InvalidOption
 from pgqueue.telemetry.observer import WorkerObserver, build_observer
 from pgqueue.version import __version__
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.durable import DurableSource
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.process_pool import ChildSpec, ProcessPool
@@ -176,6 +177,9 @@ class JobParts:
             unknown_task_grace=settings.unknown_task_grace,
             heartbeat_wake=extend_now.set,
             pool=pool,
+            durable=DurableSource(
+                database, transactions.connections, app.max_result_bytes, ctx.clock
+            ),
         )
         heartbeat = Heartbeat(
             database,

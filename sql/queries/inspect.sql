@@ -113,7 +113,8 @@ SELECT status::text FROM {schema}.jobs_archive WHERE id = %(job_id)s
 LIMIT 1;
 
 -- name: queue_metrics
--- Per queue: controls, oldest ready age, and the queued and running counts,
+-- Per queue: controls, oldest ready age, and the queued, running, waiting,
+-- event-waiting and sleeping counts,
 -- each an index range of a partial index that leads with the queue name,
 -- stopping at %(cap)s rows (the other statuses: queue_status_sample).
 SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
@@ -124,6 +125,15 @@ SELECT q.name AS queue, q.paused, q.concurrency_limit, q.rate_limit,
             WHERE j.queue = q.name AND j.stage = 'queued' AND j.status = 'running' LIMIT %(cap)s) c) AS running,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
             WHERE j.queue = q.name AND j.stage = 'waiting' LIMIT %(cap)s) c) AS waiting,
+       -- Durable tasks: of the waiting jobs, those waiting for an event; and
+       -- the scheduled jobs in a context.sleep (job_steps' partial indexes).
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs_live j
+            JOIN {schema}.job_steps s ON s.job_id = j.id AND s.status = 'waiting'
+            WHERE j.queue = q.name AND j.stage = 'waiting' LIMIT %(cap)s) c) AS event_waiting,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.job_steps s
+            JOIN {schema}.jobs_live j ON j.id = s.job_id
+            WHERE s.status = 'sleeping' AND s.wake_at > now() AND j.queue = q.name
+              AND j.stage = 'scheduled' LIMIT %(cap)s) c) AS sleeping,
        extract(epoch FROM now() - {schema}.queue_oldest_ready(q.name))::float8
            AS oldest_ready_age_seconds
 FROM {schema}.queues q

@@ -51,7 +51,7 @@ WHERE a.id = ANY (ARRAY(
 
 -- name: archive_prune_batch
 -- Delete up to %(limit)s archived jobs finished before the cutoff, with their
--- dependency bookkeeping and the workflows left without steps. (The row count
+-- dependency bookkeeping, durable steps and the workflows left without steps. (The row count
 -- is the last statement's: the archived jobs deleted.)
 WITH doomed AS MATERIALIZED (
     SELECT id FROM {schema}.jobs_archive
@@ -61,6 +61,8 @@ WITH doomed AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), edges AS (
     DELETE FROM {schema}.job_dependencies d WHERE d.job_id IN (SELECT id FROM doomed)
+), steps AS (
+    DELETE FROM {schema}.job_steps s WHERE s.job_id IN (SELECT id FROM doomed)
 ), waits AS (
     DELETE FROM {schema}.job_waits w WHERE w.job_id IN (SELECT id FROM doomed)
     RETURNING w.workflow_id
@@ -101,4 +103,5 @@ VACUUM (ANALYZE) {schema}.jobs, {schema}.job_attempts, {schema}.jobs_archive, {s
     {schema}.queue_lease_log, {schema}.workers, {schema}.schedules, {schema}.limits,
     {schema}.role_grants, {schema}.periodic_schedules, {schema}.archive_partitioning,
     {schema}.tasks, {schema}.task_settings, {schema}.task_lease_log, {schema}.workflows,
-    {schema}.job_waits, {schema}.job_dependencies, {schema}.retention, {schema}.maintenance;
+    {schema}.job_waits, {schema}.job_dependencies, {schema}.retention, {schema}.maintenance,
+    {schema}.job_steps, {schema}.events;
