@@ -64,8 +64,7 @@ class JobContext:
             if self._durable is None:
                 raise InvalidOption(
                     "context.step(), sleep() and wait_for_event() are only available in a "
-                    "worker's thread pool or event loop (not in a --pool process child) "
-                    "or in pgqueue.testing.drain"
+                    "worker (or pgqueue.testing.drain)"
                 )
             self._run = self._durable.for_job(self.job_id, self.attempt_id)
         return self._run

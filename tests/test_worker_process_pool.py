@@ -411,3 +411,31 @@ def test_a_worker_that_cannot_start_replacement_children_stops_and_hands_its_job
     assert history[0][1] == "worker_crashed"
     assert [a[1] for a in history[1:]] in ([], [None])  # a retry leased and handed back
     assert children_of(worker.pid) == set()
+
+
+@pytest.mark.slow
+def test_a_durable_task_in_a_child_stores_steps_sleeps_and_waits_for_events(
+    workers: Workers, pool_app: pgqueue.App, db_dsn: str
+) -> None:
+    worker = spawn_pool(workers, "--concurrency", "2")
+    job_id = pool_app.enqueue("durable_in_child", {"key": "k1"}).job_id
+    # attempt 1 stores the step and fails; the retry skips the step, sleeps 1 s,
+    # then waits for the event with no worker slot.
+    wait_until(
+        lambda: pool_app.get_job(job_id).status is JobStatus.WAITING or None,
+        60,
+        "the job to wait for its event",
+    )
+    pool_app.send_event("paid:k1", {"amount": 21})
+    [job] = workers.wait_finished(pool_app, [job_id]).values()
+    assert job.status is JobStatus.SUCCEEDED, job
+    assert job.result["total"] == 42
+    assert job.result["charged_in"] in children_of(worker.pid) | {job.result["pid"]}
+    charges = [e for e in task_events(db_dsn, "charge") if e["job_id"] == job_id]
+    assert len(charges) == 1  # the stored step never ran again
+    outcomes = [a[0] for a in attempts(pool_app, job_id)]
+    assert outcomes[0] is AttemptOutcome.FAILED
+    assert AttemptOutcome.SLEPT in outcomes
+    steps = {s.name: s for s in pool_app.get_job(job_id).steps}
+    assert steps["charge"].result == job.result["charged_in"]
+    assert steps["total"].result == 42

@@ -38,6 +38,7 @@ from pgqueue.models import LeasedJob
 from pgqueue.payloads import UnstoredResult, encode_result
 from pgqueue.worker import child_wire
 from pgqueue.worker.app_path import CHILD_ENV, load_app
+from pgqueue.worker.durable import DurableSource, Parked, SleepUntil
 from pgqueue.worker.executor import classify_exception
 from pgqueue.worker.parts import WorkerApp
 from pgqueue.worker.task_transaction import TaskTransactions, TaskTransactionSource
@@ -106,6 +107,7 @@ class Child:
         self.commit_answer = threading.Event()
         self.commit_allowed = False
         self.transactions: TaskTransactionSource | None = None  # opened on first use
+        self.durable: DurableSource | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         data = child_wire.encode(message)
@@ -160,6 +162,17 @@ class Child:
             self, source.database, source.connections, source.ctx, leased, notify
         )
 
+    def _durable(self) -> DurableSource:
+        """Durable calls in this child run their fenced statements on its task
+        connections, as a thread of the worker would."""
+        if self.durable is None:
+            assert self.transactions is not None  # made by _transactions_for first
+            parts = WorkerApp.of(self.app)
+            self.durable = DurableSource(
+                parts.database, self.transactions.connections, self.app.max_result_bytes
+            )
+        return self.durable
+
     def close(self) -> None:
         """Close the connections this child opened."""
         if self.transactions is not None:
@@ -212,6 +225,7 @@ class Child:
             _progress=partial(self._progress, job_id),
             _dependencies=partial(self.app.job_dependencies, job_id),
             _transactions=self._transactions_for(job),
+            _durable=self._durable(),
         )
         with self.lock:
             self.current = context
@@ -235,6 +249,10 @@ class Child:
         """Call the task; ``done`` with its result or how it failed."""
         try:
             value = call()
+        except SleepUntil as exc:  # context.sleep: the worker queues the job again
+            done["suspend"] = {"sleep_until": exc.wake_at.isoformat(), "message": str(exc)}
+        except Parked as exc:  # context.wait_for_event: the job already waits
+            done["suspend"] = {"event": exc.key}
         except BaseException as exc:  # SystemExit included: the attempt failed
             outcome, code, message, trace, delay, permanent = classify_exception(exc, task, payload)
             done["failure"] = {

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -397,6 +398,20 @@ class Executor:
             rj.child_completed = True
             self.running.pop(rj.job.job_id, None)
 
+    def _parked(self, rj: RunningJob, key: str) -> None:
+        """wait_for_event set the job waiting in the database: nothing to record."""
+        job = rj.job
+        self.running.pop(job.job_id, None)
+        self.jlog.info(
+            "job waits for an event",
+            job_id=job.job_id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+            event_key=key,
+        )
+        self.observer.finished(rj, AttemptOutcome.WAITED.value, None)
+
     def _child_done(self, rj: RunningJob, handle: asyncio.Future[ChildOutcome]) -> None:
         """The child answered for ``rj``, or died running it."""
         if rj.timed_out:  # already recorded as a timeout; the child is gone, the slot free
@@ -465,6 +480,16 @@ class Executor:
                     f"{outcome.death()} while running task {job.task!r}",
                 )
             self._record_failure(rj, failure, _ms_since(rj.started))
+            return
+        suspend = message.get("suspend")
+        if suspend is not None:  # a durable task in the child slept or waits for an event
+            if "event" in suspend:
+                self._parked(rj, str(suspend["event"]))
+            else:
+                wake_at = datetime.fromisoformat(suspend["sleep_until"])
+                self._record_failure(
+                    rj, slept(job.job_id, job.attempt_id, wake_at), _ms_since(rj.started)
+                )
             return
         failed = message.get("failure")
         if failed is not None:
@@ -560,17 +585,7 @@ class Executor:
                 )
             return
         if isinstance(exc, Parked):
-            # wait_for_event set the job waiting in the database: nothing to record.
-            self.running.pop(job.job_id, None)
-            self.jlog.info(
-                "job waits for an event",
-                job_id=job.job_id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-                event_key=exc.key,
-            )
-            self.observer.finished(rj, AttemptOutcome.WAITED.value, None)
+            self._parked(rj, exc.key)
             return
         if rj.lost:
             self.running.pop(job.job_id, None)
@@ -629,15 +644,7 @@ class Executor:
                     "cancelled while running",
                 )
         if isinstance(exc, SleepUntil):
-            # context.sleep: queued again at the wake-up time, the attempt not spent.
-            return Failure(
-                job.job_id,
-                job.attempt_id,
-                AttemptOutcome.SLEPT,
-                AttemptOutcome.SLEPT.value,
-                str(exc),
-                retry_at=exc.wake_at,
-            )
+            return slept(job.job_id, job.attempt_id, exc.wake_at)
         return failure_of(job.job_id, job.attempt_id, classify_exception(exc, rj.task, job.payload))
 
     def _record_failure(
@@ -833,6 +840,18 @@ def classify_exception(
             True,
         )
     return AttemptOutcome.FAILED, code, message, trace, None, False
+
+
+def slept(job_id: int, attempt_id: int, wake_at: datetime) -> Failure:
+    """context.sleep: queued again at the wake-up time, the attempt not spent."""
+    return Failure(
+        job_id,
+        attempt_id,
+        AttemptOutcome.SLEPT,
+        AttemptOutcome.SLEPT.value,
+        f"sleeping until {wake_at.isoformat()}",
+        retry_at=wake_at,
+    )
 
 
 def failure_of(job_id: int, attempt_id: int, classified: Classified) -> Failure:

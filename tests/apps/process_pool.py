@@ -123,6 +123,24 @@ def fails() -> None:
     raise ValueError("bad things")
 
 
+def durable_in_child(key: str, context: pgqueue.JobContext) -> dict[str, Any]:
+    """A durable sync task in a child: a step (run once, recorded), a short
+    sleep, a wait for an event, a second step; fails once after the first
+    step, so the retry shows the stored step is not run again."""
+
+    def charge() -> int:
+        record("charge", key, context.job_id, pid=os.getpid())
+        return os.getpid()
+
+    charged_in = context.step("charge", charge)
+    if context.attempt == 1:
+        raise ValueError("fails once after the step")
+    context.sleep("1s")
+    paid = context.wait_for_event(f"paid:{key}", timeout="60s")
+    total = context.step("total", lambda: paid["amount"] * 2)
+    return {"charged_in": charged_in, "total": total, "pid": os.getpid()}
+
+
 TASKS: dict[Any, dict[str, Any]] = {
     whoami: dict(pass_context=True),
     on_the_loop: dict(),
@@ -134,6 +152,7 @@ TASKS: dict[Any, dict[str, Any]] = {
     grow: dict(),
     in_transaction: dict(pass_context=True, max_attempts=3, retry=QUICK_RETRIES),
     fails: dict(),
+    durable_in_child: dict(pass_context=True, max_attempts=3, retry=QUICK_RETRIES),
 }
 
 
