@@ -4,7 +4,7 @@ By default the role ``pgqueue grant`` recorded for the kind (the schema's
 ``role_grants`` table; the most recent grant when there are several), unless
 one is given (``--producer-role`` & co.). The server's own database user must
 be a member of each such role (a superuser is), since every request runs
-``SET LOCAL ROLE`` to it.
+on sessions that start as it (``options=-c role=...``).
 """
 
 from __future__ import annotations
