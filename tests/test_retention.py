@@ -42,6 +42,23 @@ def leaves(dsn: str, status: str) -> list[str]:
         ]
 
 
+def widths(dsn: str, status: str) -> set[timedelta]:
+    """The time ranges of the status's leaves (the default leaf has none)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        bounds = conn.execute(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
+            (f"pgqueue.jobs_{status}",),
+        ).fetchall()
+    found = set()
+    for (bound,) in bounds:
+        if bound == "DEFAULT":
+            continue
+        low, high = (datetime.fromisoformat(t) for t in bound.split("'")[1::2])
+        found.add(high - low)
+    return found
+
+
 def partition_of(dsn: str, job_id: int) -> str | None:
     return value(dsn, "SELECT tableoid::regclass::text FROM pgqueue.jobs WHERE id = %s", (job_id,))
 
@@ -143,11 +160,12 @@ def test_a_pass_creates_leaves_ahead_and_drops_those_past_retention(
     # The migration made the leaves of the default retention (a day: six
     # hours wide); a shorter one replaces those still empty at once.
     assert len(leaves(db_dsn, "succeeded")) == 4  # three leaves and the default
-    wide = set(leaves(db_dsn, "succeeded"))
+    assert widths(db_dsn, "succeeded") == {timedelta(hours=6)}
     app.set_retention(succeeded="1h")
-    narrow = set(leaves(db_dsn, "succeeded"))
-    assert len(narrow) == 4
-    assert narrow & wide == {"jobs_succeeded_default"}
+    assert len(leaves(db_dsn, "succeeded")) == 4
+    # (Compared by range, not name: a leaf is named by its start, and near a
+    # six-hour boundary a narrow leaf starts where a wide one did.)
+    assert widths(db_dsn, "succeeded") == {timedelta(minutes=15)}
     assert run_pass(app).leaves_created == 0  # nothing new is due yet
     job = app.enqueue("t").job_id
     [leased] = app.lease(None, "w1")
