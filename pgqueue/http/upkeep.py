@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pgqueue.ops import drain as drain_ops
 from pgqueue.ops import maintenance as maintenance_ops
 from pgqueue.worker.faults import Episodes
+from pgqueue.worker.maintenance import INTERVAL as MAINTENANCE_INTERVAL
 from pgqueue.worker.maintenance import maintain_periodically
 from pgqueue.worker.wakeup import jittered, wait_any
 
@@ -76,7 +77,10 @@ class Upkeep:
         if self.maintenance:
             self._run(
                 "maintenance",
-                lambda: maintain_periodically(database, ctx, self.worker_id, self._stopped),
+                # Not in a hurry: the workers (or `pgqueue migrate`) made the leaves.
+                lambda: maintain_periodically(
+                    database, ctx, self.worker_id, self._stopped, first_ask=MAINTENANCE_INTERVAL
+                ),
             )
 
     async def _reap_periodically(self, database: Database, ctx: OpContext) -> None:

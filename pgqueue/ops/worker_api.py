@@ -1,9 +1,10 @@
 """The SQL worker API as the HTTP API calls it (``sql/queries/http.sql``).
 
 Each op runs on the caller's connection: the HTTP API's session as the
-role of the request's token, so the database checks what that role may do (the functions are the ones any language's
-worker calls: ``lease``, ``ack``, ``fail``, ``nack``, ``extend``). Results
-and errors are the functions' own; the HTTP API words its answers.
+role of the request's token, so the database checks what that role may do
+(the functions are the ones any language's worker calls: ``lease``,
+``ack``, ``fail``, ``nack``, ``extend``). Results and errors are the
+functions' own; the HTTP API words its answers.
 """
 
 from __future__ import annotations

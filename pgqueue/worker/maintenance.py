@@ -33,14 +33,19 @@ TURN_SECONDS = 45.0
 
 
 async def maintain_periodically(
-    database: Database, ctx: OpContext, worker_id: str, stopped: asyncio.Event
+    database: Database,
+    ctx: OpContext,
+    worker_id: str,
+    stopped: asyncio.Event,
+    first_ask: float = 1.0,
 ) -> None:
-    """Ask for the turn and, holding it, run a pass, until ``stopped``.
-    Errors (a lock, a lost connection, missing grants) are logged and tried
-    again later: maintenance never stops the worker."""
+    """Ask for the turn and, holding it, run a pass, until ``stopped``; the
+    first ask ``first_ask`` seconds after start (jittered). Errors (a lock,
+    a lost connection, missing grants) are logged and tried again later:
+    maintenance never stops the worker."""
     episodes = Episodes("maintenance", first=1.0, cap=60.0)
     holding = False
-    pause = jittered(1.0, 0.5)  # soon after start: a fresh fleet needs leaves
+    pause = jittered(first_ask, 0.5)  # a worker asks soon: a fresh fleet needs leaves
     try:
         while not stopped.is_set():
             await wait_any(stopped, timeout=pause)
