@@ -52,6 +52,31 @@ CREATE TYPE {schema}.enqueued AS (
 );
 COMMENT ON TYPE {schema}.enqueued IS 'One input of a batch enqueue and the job it became (enqueue_batch).';
 
+-- What an enqueue decides for a new job besides its id and payload: the one
+-- list of the columns an enqueue writes. enqueue_resolve returns it, and
+-- every insert expands it into the view jobs_new below (which follows this
+-- type), so a new enqueue option is a field here and a column of jobs, and
+-- no INSERT names it. Fixed-width fields first.
+CREATE TYPE {schema}.job_values AS (
+	priority smallint,
+	run_at timestamp with time zone,
+	status {schema}.job_status,
+	max_attempts integer,
+	lease_seconds integer,
+	backoff_base real,
+	backoff_factor real,
+	backoff_max real,
+	backoff_jitter real,
+	has_records boolean,
+	task text,
+	queue text,
+	dedup_key text,
+	serial_key text,
+	tags text[],
+	meta jsonb
+);
+COMMENT ON TYPE {schema}.job_values IS 'A new job''s columns besides id and payload, as enqueue_resolve decides them; jobs_new follows its fields.';
+
 -- =====================================================================================
 -- Tables
 -- =====================================================================================
@@ -147,6 +172,25 @@ CREATE TABLE {schema}.jobs_live PARTITION OF {schema}.jobs (
 WITH (fillfactor='35', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
 COMMENT ON TABLE {schema}.jobs_live IS
     'Live jobs. fillfactor 35 leaves room on each page for the lease''s HOT update; a finished job''s row leaves for its status''s partition.';
+
+-- Every enqueue inserts through this view: id, payload, then the fields of
+-- job_values in their order (built from the type, so that the column list
+-- is written once, there), then stage (read by ON CONFLICT's index
+-- predicate; never written). An insert gives id, payload and a job_values
+-- expanded, `SELECT nextval(...), payload, (v).*`, and the columns the view
+-- leaves out take their defaults. A plain view: PostgreSQL rewrites the
+-- insert into one on jobs_live when it plans the statement.
+DO $do$
+BEGIN
+    EXECUTE format('CREATE VIEW {schema}.jobs_new AS SELECT id, payload, %s, stage FROM {schema}.jobs_live',
+        (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+         FROM pg_catalog.pg_type t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.typrelid
+         WHERE t.oid = pg_catalog.pg_typeof(NULL::{schema}.job_values)::oid
+           AND a.attnum > 0 AND NOT a.attisdropped));
+END
+$do$;
+COMMENT ON VIEW {schema}.jobs_new IS
+    'The insert path of every enqueue: id, payload, the fields of job_values, stage. Owner only: written through the enqueue functions.';
 
 -- The finished partitions. Each has time-range leaves named
 -- jobs_<status>_<start, UTC, yyyymmddThhmmss>, created ahead and dropped once
@@ -771,7 +815,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean) RETURNS TABLE(queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real)
+CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean, p_records boolean) RETURNS SETOF {schema}.job_values
     LANGUAGE sql STABLE
     AS $$
     -- The one place an enqueue's options are decided: every enqueue path
@@ -789,10 +833,12 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
     -- p_lookup: the caller does not know the task (it sends only what it was
     -- given; the workers' published definitions fill in the rest).
     -- p_ord numbers the job in a batch's error messages (NULL: one job).
+    -- The result is the new job's row but for id and payload (job_values):
+    -- the inserts expand it, so a new option is decided here and nowhere else.
     -- (A single SELECT of a STABLE SQL function: the planner inlines it into
-    -- its caller's statement, so a batch pays no function call per row.)
-    SELECT q.queue,
-           -- (Out of range, a priority is refused below; clamped here so that
+    -- its caller's statement, so a batch pays no function call per row, and
+    -- the inserts' (v).* reads the expressions, not a built row.)
+    SELECT -- (Out of range, a priority is refused below; clamped here so that
            -- the cast cannot fail first, when the planner folds constants.
            -- Each column is named once: the planner copies an inlined
            -- expression, subqueries included, into every place that names it.)
@@ -802,7 +848,8 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
                 WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
            coalesce(p_max_attempts, g.max_attempts, 5),
            coalesce(p_lease_seconds, g.lease_seconds, 60),
-           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4]
+           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4],
+           p_records, p_task, q.queue, p_dedup_key, p_serial_key, p_tags, p_meta
     -- The registry's row, read once (OFFSET 0 keeps the planner from
     -- copying the look-up into each column that uses it); none unless p_lookup.
     FROM (SELECT NULL) one
@@ -851,15 +898,14 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
         p_tags, p_meta) END
 $$;
 
-CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real, tags text[], meta jsonb, has_records boolean)
+CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, payload jsonb, job {schema}.job_values)
     LANGUAGE sql STABLE
     AS $$
     -- The rows of a JSON array of job objects, resolved and checked by
     -- enqueue_resolve (both inlined: one statement for the whole batch).
-    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb), v.queue, v.priority, v.run_at,
-           v.status, v.max_attempts, v.lease_seconds, r.dedup_key, r.serial_key,
-           v.backoff_base, v.backoff_factor, v.backoff_max, v.backoff_jitter,
-           r.tags, r.meta, CASE WHEN r.records THEN true END
+    -- An insert expands job, (i.job).*, into jobs_new; once inlined, its
+    -- fields are enqueue_resolve's expressions (no row is built per job).
+    SELECT r.ord, coalesce(r.payload, '{}'::jsonb), v
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
         task text, payload jsonb, queue text, priority integer,
         run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
@@ -872,7 +918,8 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, t
         CASE WHEN jsonb_array_length(p_jobs) > 1 THEN r.ord END, r.task,
         coalesce(r.payload, '{}'::jsonb), r.queue, r.priority, r.default_priority, r.run_at,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
-        r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false)) v
+        r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false),
+        CASE WHEN r.records THEN true END) v
 $$;
 
 CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer) RETURNS TABLE(job_id bigint, created boolean)
@@ -881,54 +928,55 @@ CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    v_queue        text;
-    v_priority     smallint;
-    v_run_at       timestamptz;
-    v_status       {schema}.job_status;
-    v_max_attempts integer;
-    v_lease        integer;
-    v_b1           real;
-    v_b2           real;
-    v_b3           real;
-    v_b4           real;
-    v_quotas       boolean;
-    v_known        boolean;
-    v_id           bigint;
-    v_notified     text;
+    v          record;  -- job (job_values), quotas, known: the dedup path's
+    v_id       bigint;
+    v_queue    text;
+    v_status   {schema}.job_status;
+    v_priority smallint;
+    v_run_at   timestamptz;
+    v_quotas   boolean;
+    v_known    boolean;
+    v_notified text;
 BEGIN
-    -- One statement resolves and checks the options (enqueue_resolve,
-    -- inlined), reads whether quotas are set and whether the queue is
-    -- registered. (A generic plan, cached: under 'auto' the planner keeps
-    -- choosing custom plans for it, made again on every call, which cost as
+    -- (Generic plans, cached: under 'auto' the planner keeps choosing custom
+    -- plans for these statements, made again on every call, which cost as
     -- much as the rest of the enqueue.)
-    SELECT r.queue, r.priority, r.run_at, r.status, r.max_attempts, r.lease_seconds,
-           r.backoff_base, r.backoff_factor, r.backoff_max, r.backoff_jitter,
-           l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
-           EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
-    INTO v_queue, v_priority, v_run_at, v_status, v_max_attempts, v_lease,
-         v_b1, v_b2, v_b3, v_b4, v_quotas, v_known
-    FROM {schema}.enqueue_resolve(
-             NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
-             p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false) r
-    LEFT JOIN {schema}.limits l ON true;
-
     IF p_dedup_key IS NULL THEN
-        -- Nothing can conflict: a plain insert, no speculative insertion.
-        INSERT INTO {schema}.jobs_live AS j (
-            task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
-        VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                v_max_attempts, v_lease, p_serial_key, v_b1, v_b2, v_b3, v_b4)
-        RETURNING j.id INTO v_id;
+        -- Nothing can conflict: one statement resolves and checks the options
+        -- (enqueue_resolve, inlined; a refused job draws no id), inserts the
+        -- job (no speculative insertion), and reads whether quotas are set and
+        -- whether the queue is registered.
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT nextval('{schema}.jobs_id_seq'), p_payload, r.*
+        FROM {schema}.enqueue_resolve(
+                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+                 NULL, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL) r
+        RETURNING j.id, j.queue, j.status, j.priority, j.run_at,
+                  EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = j.queue),
+                  (SELECT l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
+                   FROM {schema}.limits l)
+        INTO v_id, v_queue, v_status, v_priority, v_run_at, v_known, v_quotas;
         created := true;
     ELSE
+        SELECT r AS job,
+               l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
+               EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
+        INTO v
+        FROM {schema}.enqueue_resolve(
+                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+                 p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL) r
+        LEFT JOIN {schema}.limits l ON true;
+        v_queue := (v.job).queue;
+        v_status := (v.job).status;
+        v_priority := (v.job).priority;
+        v_run_at := (v.job).run_at;
+        v_quotas := v.quotas;
+        v_known := v.known;
         FOR attempt IN 1..10 LOOP
-            INSERT INTO {schema}.jobs_live AS j (
-                task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-                dedup_key, serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
-            VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                    v_max_attempts, v_lease, p_dedup_key, p_serial_key, v_b1, v_b2, v_b3, v_b4)
+            INSERT INTO {schema}.jobs_new AS j
+            SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
             ON CONFLICT (queue, dedup_key)
                 WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
             DO NOTHING
@@ -981,7 +1029,7 @@ CREATE FUNCTION {schema}.enqueue_payloads(p_job jsonb, p_payloads jsonb) RETURNS
     SET jit TO 'off'
     AS $$
 DECLARE
-    v_job       record;
+    v_job       {schema}.job_values;
     v_count     integer;
     v_max_bytes integer;
     v_quotas    boolean;
@@ -1003,7 +1051,7 @@ BEGIN
     SELECT l.max_payload_bytes, l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
     INTO v_max_bytes, v_quotas FROM {schema}.limits l;
     -- The shared fields: checked and defaulted once, exactly as for one job.
-    SELECT i.* INTO v_job FROM {schema}.enqueue_input(jsonb_build_array(p_job)) i;
+    SELECT (i.job).* INTO v_job FROM {schema}.enqueue_input(jsonb_build_array(p_job)) i;
     -- Every payload, before any id is drawn: plain expressions, else
     -- check_job names the problem and the job.
     PERFORM count(*)
@@ -1018,14 +1066,10 @@ BEGIN
     -- jsonb_array_elements yields the payloads in order and nextval runs in
     -- that order: sorted ids are input order.
     WITH inserted AS (
-        INSERT INTO {schema}.jobs_live AS j (
-            id, task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta)
-        SELECT nextval('{schema}.jobs_id_seq'), v_job.task,
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT nextval('{schema}.jobs_id_seq'),
                CASE WHEN jsonb_typeof(e.payload) = 'null' THEN '{}'::jsonb ELSE e.payload END,
-               v_job.queue, v_job.priority, v_job.run_at, v_job.status, v_job.max_attempts,
-               v_job.lease_seconds, v_job.serial_key, v_job.backoff_base, v_job.backoff_factor,
-               v_job.backoff_max, v_job.backoff_jitter, v_job.tags, v_job.meta
+               (v_job).*
         FROM jsonb_array_elements(p_payloads) AS e(payload)
         RETURNING j.id
     )
@@ -1051,20 +1095,16 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
     LANGUAGE sql
     AS $$
     WITH input AS MATERIALIZED (
-        SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
-        FROM (SELECT * FROM {schema}.enqueue_input(p_jobs) v
-              WHERE p_only IS NULL OR v.ord = ANY (p_only)
-              ORDER BY v.ord + 0 OFFSET 0) i  -- validate all before drawing ids
+        -- (nextval is computed after the sort, which reads, and so
+        -- validates, every job first: a refused batch draws no id.)
+        SELECT nextval('{schema}.jobs_id_seq') AS id, v.ord, v.payload, v.job
+        FROM {schema}.enqueue_input(p_jobs) v
+        WHERE p_only IS NULL OR v.ord = ANY (p_only)
+        ORDER BY v.ord + 0
     ),
     inserted AS (
-        INSERT INTO {schema}.jobs_live AS j (
-            id, task, payload, queue, priority, run_at, status, max_attempts,
-            lease_seconds, dedup_key, serial_key,
-            backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta, has_records)
-        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
-               i.lease_seconds, i.dedup_key, i.serial_key,
-               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter, i.tags, i.meta,
-               i.has_records
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT i.id, i.payload, (i.job).*
         FROM input i
         ORDER BY i.ord
         ON CONFLICT (queue, dedup_key)
@@ -1089,7 +1129,7 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
                       FROM inserted d WHERE d.status = 'queued'
                       ORDER BY d.queue, d.priority DESC, d.run_at, d.id) f) AS n
     )
-    SELECT i.ord, d.id, i.queue, i.dedup_key
+    SELECT i.ord, d.id, (i.job).queue, (i.job).dedup_key
     FROM input i
     LEFT JOIN inserted d ON d.id = i.id
     CROSS JOIN notified
@@ -1136,18 +1176,14 @@ BEGIN
         -- sequence in input order, so sorted ids are in input order too.
         RETURN QUERY
         WITH inserted AS (
-            INSERT INTO {schema}.jobs_live AS j (
-                id, task, payload, queue, priority, run_at, status, max_attempts,
-                lease_seconds, dedup_key, serial_key, backoff_base, backoff_factor,
-                backoff_max, backoff_jitter, tags, meta, has_records)
-            SELECT nextval('{schema}.jobs_id_seq'), i.task, i.payload, i.queue, i.priority,
-                   i.run_at, i.status, i.max_attempts, i.lease_seconds, i.dedup_key,
-                   i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
-                   i.backoff_jitter, i.tags, i.meta, i.has_records
+            INSERT INTO {schema}.jobs_new AS j
+            SELECT nextval('{schema}.jobs_id_seq'), i.payload, (i.job).*
+            FROM {schema}.enqueue_input(v_jobs) i
             -- The sort reads (and so validates) every job before the first
-            -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
-            -- scan is already ordered on ord, which would skip the sort.)
-            FROM (SELECT * FROM {schema}.enqueue_input(v_jobs) v ORDER BY v.ord + 0 OFFSET 0) i
+            -- id is drawn (the planner computes nextval above the sort): a
+            -- refused batch consumes no ids. (On ord + 0: the scan is
+            -- already ordered on ord, which would skip the sort.)
+            ORDER BY i.ord + 0
             RETURNING j.id, j.queue, j.status, j.priority, j.run_at
         ),
         per_queue AS (
