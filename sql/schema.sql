@@ -73,7 +73,8 @@ CREATE TYPE {schema}.job_values AS (
 	dedup_key text,
 	serial_key text,
 	tags text[],
-	meta jsonb
+	meta jsonb,
+	group_key text
 );
 COMMENT ON TYPE {schema}.job_values IS 'A new job''s columns besides id and payload, as enqueue_resolve decides them; jobs_new follows its fields.';
 
@@ -109,6 +110,7 @@ CREATE TABLE {schema}.jobs (
     trace_context jsonb DEFAULT (NULLIF(current_setting('pgqueue.trace_context'::text, true), ''::text))::jsonb,
     tags text[],
     meta jsonb,
+    group_key text,
     -- The columns a lease or a completion writes come last: PostgreSQL logs
     -- an update on the same page as the new tuple minus the prefix and
     -- suffix it shares with the old one, so the payload is not logged again.
@@ -147,6 +149,7 @@ COMMENT ON COLUMN {schema}.jobs.serial_held IS 'An earlier live job of the same 
 COMMENT ON COLUMN {schema}.jobs.dedup_key IS 'At most one live job per (queue, dedup_key); with a window, one per window.';
 COMMENT ON COLUMN {schema}.jobs.serial_key IS 'Jobs sharing it run one at a time, in id order.';
 COMMENT ON COLUMN {schema}.jobs.trace_context IS 'The W3C trace context of the enqueue (OpenTelemetry), for the worker''s span.';
+COMMENT ON COLUMN {schema}.jobs.group_key IS 'The tenant, customer, API key or domain the job belongs to (enqueue option group_key; NULL: none).';
 COMMENT ON COLUMN {schema}.jobs.attempt_id IS 'The current (or last) attempt''s id: the fencing token every ack, fail, nack and extend presents.';
 COMMENT ON COLUMN {schema}.jobs.stage IS
     'status with running folded into queued. Indexes of live jobs use stage, never status: a lease (queued -> running) leaves stage alone and stays a HOT update, writing no index entry.';
@@ -266,6 +269,7 @@ CREATE TABLE {schema}.jobs_archive (
     meta jsonb,
     snoozes integer,
     progress jsonb,
+    group_key text,
     CONSTRAINT jobs_archive_pkey PRIMARY KEY (id)
 );
 COMMENT ON TABLE {schema}.jobs_archive IS
@@ -686,7 +690,7 @@ $$;
 -- Functions: enqueue (validate, resolve defaults, insert, announce)
 -- =====================================================================================
 
-CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[] DEFAULT NULL::text[], p_meta jsonb DEFAULT NULL::jsonb) RETURNS boolean
+CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[] DEFAULT NULL::text[], p_meta jsonb DEFAULT NULL::jsonb, p_group_key text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -774,6 +778,11 @@ BEGIN
         RAISE EXCEPTION 'pgqueue: meta must be a JSON object of at most 8192 bytes%', v_job
             USING ERRCODE = '22023';
     END IF;
+    IF p_group_key IS NOT NULL AND (length(p_group_key) NOT BETWEEN 1 AND 200 OR p_group_key ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION '%', format('pgqueue: group_key must be 1 to 200 characters without control characters, got %s (%s characters)%s',
+            quote_literal(regexp_replace(left(p_group_key, 80), '[[:cntrl:]]', '?', 'g')), length(p_group_key), v_job)
+            USING ERRCODE = '22023';
+    END IF;
     RETURN true;
 END;
 $_$;
@@ -815,7 +824,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean, p_records boolean) RETURNS SETOF {schema}.job_values
+CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean, p_records boolean, p_group_key text) RETURNS SETOF {schema}.job_values
     LANGUAGE sql STABLE
     AS $$
     -- The one place an enqueue's options are decided: every enqueue path
@@ -849,7 +858,7 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
            coalesce(p_max_attempts, g.max_attempts, 5),
            coalesce(p_lease_seconds, g.lease_seconds, 60),
            b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4],
-           p_records, p_task, q.queue, p_dedup_key, p_serial_key, p_tags, p_meta
+           p_records, p_task, q.queue, p_dedup_key, p_serial_key, p_tags, p_meta, p_group_key
     -- The registry's row, read once (OFFSET 0 keeps the planner from
     -- copying the look-up into each column that uses it); none unless p_lookup.
     FROM (SELECT NULL) one
@@ -887,6 +896,8 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
                     AND t.run_at >= '1970-01-01 00:00:00+00' AND t.run_at < '2500-01-01 00:00:00+00'
                     AND (p_max_attempts IS NULL OR p_max_attempts >= 0)
                     AND (p_lease_seconds IS NULL OR p_lease_seconds >= 1)
+                    AND (p_group_key IS NULL OR length(p_group_key) BETWEEN 1 AND 200
+                         AND p_group_key !~ '[[:cntrl:]]')
                     AND p_backoff IS NULL AND p_tags IS NULL AND p_meta IS NULL
                THEN true
                ELSE {schema}.check_job(
@@ -895,7 +906,7 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
              ELSE now() END,
         p_delay, p_max_attempts, p_lease_seconds, p_dedup_key, p_serial_key, p_backoff,
         coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576),
-        p_tags, p_meta) END
+        p_tags, p_meta, p_group_key) END
 $$;
 
 CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, payload jsonb, job {schema}.job_values)
@@ -910,19 +921,20 @@ CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, p
         task text, payload jsonb, queue text, priority integer,
         run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
         dedup_key text, serial_key text, backoff real[], lookup boolean,
-        default_priority integer, tags text[], meta jsonb, waiting boolean, records boolean))
+        default_priority integer, tags text[], meta jsonb, waiting boolean, records boolean,
+        group_key text))
         WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                              lease_seconds, dedup_key, serial_key, backoff, lookup,
-                             default_priority, tags, meta, waiting, records, ord)
+                             default_priority, tags, meta, waiting, records, group_key, ord)
     CROSS JOIN LATERAL {schema}.enqueue_resolve(
         CASE WHEN jsonb_array_length(p_jobs) > 1 THEN r.ord END, r.task,
         coalesce(r.payload, '{}'::jsonb), r.queue, r.priority, r.default_priority, r.run_at,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
         r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false),
-        CASE WHEN r.records THEN true END) v
+        CASE WHEN r.records THEN true END, r.group_key) v
 $$;
 
-CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer) RETURNS TABLE(job_id bigint, created boolean)
+CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer, p_group_key text DEFAULT NULL::text) RETURNS TABLE(job_id bigint, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -951,7 +963,7 @@ BEGIN
         FROM {schema}.enqueue_resolve(
                  NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
                  p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-                 NULL, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL) r
+                 NULL, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
         RETURNING j.id, j.queue, j.status, j.priority, j.run_at,
                   EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = j.queue),
                   (SELECT l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
@@ -966,7 +978,7 @@ BEGIN
         FROM {schema}.enqueue_resolve(
                  NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
                  p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-                 p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL) r
+                 p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
         LEFT JOIN {schema}.limits l ON true;
         v_queue := (v.job).queue;
         v_status := (v.job).status;
@@ -1596,7 +1608,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, group_key text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1611,15 +1623,15 @@ BEGIN
             'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
             'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
             'dedup_key', dedup_key, 'serial_key', serial_key, 'lookup', true,
-            'tags', to_jsonb(tags), 'meta', meta))) b);
+            'tags', to_jsonb(tags), 'meta', meta, 'group_key', group_key))) b);
     END IF;
     RETURN (SELECT e.job_id FROM {schema}.enqueue_job(
         task, payload, queue, priority, coalesce(run_at, now()), NULL, max_attempts, NULL,
-        dedup_key, serial_key, NULL, true, NULL) e);
+        dedup_key, serial_key, NULL, true, NULL, group_key) e);
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, depends_on bigint[] DEFAULT NULL::bigint[], allow_failed boolean DEFAULT false) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, depends_on bigint[] DEFAULT NULL::bigint[], allow_failed boolean DEFAULT false, group_key text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -1666,12 +1678,13 @@ BEGIN
             'job', jsonb_build_object(
                 'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
                 'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
-                'serial_key', serial_key, 'lookup', true, 'tags', to_jsonb(tags), 'meta', meta),
+                'serial_key', serial_key, 'lookup', true, 'tags', to_jsonb(tags), 'meta', meta,
+                'group_key', group_key),
             'depends_on', to_jsonb(coalesce(depends_on, '{}')),
             'allow_failed', allow_failed))) g;
     ELSE
         v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                       dedup_key, serial_key, tags, meta);
+                                       dedup_key, serial_key, tags, meta, group_key);
     END IF;
     IF traceparent IS NOT NULL THEN
         PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
@@ -1687,11 +1700,11 @@ CREATE FUNCTION {schema}.replay_job(p_job_id bigint, p_queue text DEFAULT NULL::
 SELECT b.job_id, b.created, p_job_id
 FROM (
     SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
+           backoff_base, backoff_factor, backoff_max, backoff_jitter, group_key
     FROM {schema}.jobs WHERE id = p_job_id
     UNION ALL
     SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
+           backoff_base, backoff_factor, backoff_max, backoff_jitter, group_key
     FROM {schema}.jobs_archive WHERE id = p_job_id
     LIMIT 1
 ) src
@@ -1700,7 +1713,7 @@ CROSS JOIN LATERAL {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(js
     'queue', coalesce(p_queue, src.queue), 'priority', src.priority,
     'run_at', coalesce(p_run_at, now()), 'max_attempts', src.max_attempts,
     'lease_seconds', src.lease_seconds, 'dedup_key', src.dedup_key,
-    'serial_key', src.serial_key,
+    'serial_key', src.serial_key, 'group_key', src.group_key,
     'backoff', CASE WHEN src.backoff_base IS NOT NULL THEN jsonb_build_array(
         src.backoff_base, src.backoff_factor, src.backoff_max, src.backoff_jitter) END)))) b;
 $$;
@@ -1709,7 +1722,7 @@ $$;
 -- Functions: lease, and what a running job does
 -- =====================================================================================
 
-CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after jsonb DEFAULT NULL::jsonb) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb, priority smallint, ordered boolean)
+CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after jsonb DEFAULT NULL::jsonb) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb, group_key text, priority smallint, ordered boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1941,10 +1954,11 @@ BEGIN
             WHERE j.ctid = ANY (ARRAY(SELECT tid FROM picked))
             RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
                       coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds, j.priority, j.run_at, j.trace_context,
-                      j.tags, j.meta
+                      j.tags, j.meta, j.group_key
             )
             SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
-                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta, l.priority, true
+                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta, l.group_key,
+                   l.priority, true
             FROM leased l
             ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
             GET DIAGNOSTICS v_got = ROW_COUNT;
@@ -2038,12 +2052,12 @@ BEGIN
                     RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload,
                               j.lease_expires_at,
                               coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds,
-                              j.priority, j.run_at, j.trace_context, j.tags, j.meta
+                              j.priority, j.run_at, j.trace_context, j.tags, j.meta, j.group_key
                     )
                     -- (ordered false: task limits skip jobs, so no cursor may pass them)
                     SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload,
                            l.lease_expires_at, l.lease_seconds, l.run_at, l.trace_context,
-                           l.tags, l.meta, l.priority, false
+                           l.tags, l.meta, l.group_key, l.priority, false
                     FROM leased l
                     ORDER BY l.priority DESC, l.run_at, l.id;
                     GET DIAGNOSTICS v_n = ROW_COUNT;
