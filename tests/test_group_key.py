@@ -234,3 +234,18 @@ def test_a_running_task_sees_its_group_key(app: pgqueue.App) -> None:
 
     drain(app)
     assert sorted(seen, key=str) == ["ctx", None] or sorted(seen, key=str) == [None, "ctx"]
+
+
+def test_the_dashboard_job_page_shows_the_group(app: pgqueue.App) -> None:
+    from tests.dashboard_support import client
+
+    grouped = app.enqueue("t", group_key="<acme & co>").job_id
+    plain = app.enqueue("t").job_id
+    with client(app) as c:
+        page = c.get(f"/jobs/{grouped}")
+        other = c.get(f"/jobs/{plain}")
+        api = c.get(f"/api/jobs/{grouped}").json()
+    assert page.status_code == 200, page.text[:300]
+    assert '<dd id="group">&lt;acme &amp; co&gt;</dd>' in page.text
+    assert 'id="group"' not in other.text
+    assert api["group_key"] == "<acme & co>"
