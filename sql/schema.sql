@@ -1399,6 +1399,17 @@ BEGIN
     IF jsonb_typeof(p_jobs) <> 'array' THEN
         RAISE EXCEPTION 'pgqueue: enqueue_windowed takes a JSON array of jobs' USING ERRCODE = '22023';
     END IF;
+    -- A windowed job of a task the caller does not know (lookup) goes to the
+    -- task registry's queue, as enqueue_resolve decides: its dedup lock and
+    -- claim must be in that queue, so the job names it from here on.
+    IF jsonb_path_exists(p_jobs, '$[*] ? (@.lookup == true && !exists(@.queue))') THEN
+        p_jobs := (SELECT jsonb_agg(CASE
+                       WHEN e ? 'queue' OR NOT coalesce((e ->> 'lookup')::boolean, false) THEN e
+                       ELSE e || jsonb_build_object('queue', coalesce(
+                           (SELECT g.queue FROM {schema}.tasks g WHERE g.name = e ->> 'task'),
+                           'default')) END ORDER BY x.o)
+                   FROM jsonb_array_elements(p_jobs) WITH ORDINALITY x(e, o));
+    END IF;
     PERFORM {schema}.dedup_lock(ARRAY(
         SELECT {schema}.dedup_lock_key(coalesce(e ->> 'queue', 'default'), e ->> 'dedup_key')
         FROM jsonb_array_elements(p_jobs) e
