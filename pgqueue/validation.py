@@ -95,6 +95,7 @@ def key(kind: str, value: object) -> str | None:
 
 
 MAX_GROUP_KEY = 200
+_GROUP_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def group_key(value: object) -> str | None:
@@ -109,7 +110,7 @@ def group_key(value: object) -> str | None:
         raise InvalidOption(
             f"group_key must be at most {MAX_GROUP_KEY} characters, got {len(value)}"
         )
-    if any(c < " " or "\x7f" <= c <= "\x9f" for c in value):
+    if _GROUP_CONTROL.search(value):
         raise InvalidOption(f"group_key must not contain control characters, got {value!r}")
     return value
 
