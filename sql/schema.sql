@@ -1107,18 +1107,18 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
     LANGUAGE sql
     AS $$
     WITH input AS MATERIALIZED (
-        -- (nextval is computed after the sort, which reads, and so
-        -- validates, every job first: a refused batch draws no id.)
-        SELECT nextval('{schema}.jobs_id_seq') AS id, v.ord, v.payload, v.job
+        -- jobs_new's columns, flat (nextval is computed after the sort,
+        -- which reads, and so validates, every job first: a refused batch
+        -- draws no id; and the ids follow the input order).
+        SELECT nextval('{schema}.jobs_id_seq') AS id, v.payload, (v.job).*
         FROM {schema}.enqueue_input(p_jobs) v
         WHERE p_only IS NULL OR v.ord = ANY (p_only)
         ORDER BY v.ord + 0
     ),
     inserted AS (
         INSERT INTO {schema}.jobs_new AS j
-        SELECT i.id, i.payload, (i.job).*
-        FROM input i
-        ORDER BY i.ord
+        SELECT i.* FROM input i
+        ORDER BY i.id
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
         DO NOTHING
@@ -1141,8 +1141,13 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
                       FROM inserted d WHERE d.status = 'queued'
                       ORDER BY d.queue, d.priority DESC, d.run_at, d.id) f) AS n
     )
-    SELECT i.ord, d.id, (i.job).queue, (i.job).dedup_key
-    FROM input i
+    -- Each job's place in the input: the ids were drawn in input order, so
+    -- the n-th smallest id is the n-th job (of p_only's, when given).
+    SELECT CASE WHEN p_only IS NULL THEN i.n
+                ELSE (SELECT array_agg(o ORDER BY o) FROM unnest(p_only) o)[i.n] END,
+           d.id, i.queue, i.dedup_key
+    FROM (SELECT i.id, i.queue, i.dedup_key, row_number() OVER (ORDER BY i.id) AS n
+          FROM input i) i
     LEFT JOIN inserted d ON d.id = i.id
     CROSS JOIN notified
 $$;
