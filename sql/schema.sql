@@ -940,7 +940,7 @@ CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    v          record;  -- job (job_values), quotas, known: the dedup path's
+    v          record;  -- job (job_values), quotas, known
     v_id       bigint;
     v_queue    text;
     v_status   {schema}.job_status;
@@ -950,42 +950,34 @@ DECLARE
     v_known    boolean;
     v_notified text;
 BEGIN
-    -- (Generic plans, cached: under 'auto' the planner keeps choosing custom
-    -- plans for these statements, made again on every call, which cost as
-    -- much as the rest of the enqueue.)
+    -- One statement resolves and checks the options (enqueue_resolve,
+    -- inlined), reads whether quotas are set and whether the queue is
+    -- registered. (Generic plans, cached: under 'auto' the planner keeps
+    -- choosing custom plans for these statements, made again on every call,
+    -- which cost as much as the rest of the enqueue.)
+    SELECT r AS job,
+           l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
+           EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
+    INTO v
+    FROM {schema}.enqueue_resolve(
+             NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+             p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
+    LEFT JOIN {schema}.limits l ON true;
+    v_queue := (v.job).queue;
+    v_status := (v.job).status;
+    v_priority := (v.job).priority;
+    v_run_at := (v.job).run_at;
+    v_quotas := v.quotas;
+    v_known := v.known;
+
     IF p_dedup_key IS NULL THEN
-        -- Nothing can conflict: one statement resolves and checks the options
-        -- (enqueue_resolve, inlined; a refused job draws no id), inserts the
-        -- job (no speculative insertion), and reads whether quotas are set and
-        -- whether the queue is registered.
+        -- Nothing can conflict: a plain insert, no speculative insertion.
         INSERT INTO {schema}.jobs_new AS j
-        SELECT nextval('{schema}.jobs_id_seq'), p_payload, r.*
-        FROM {schema}.enqueue_resolve(
-                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
-                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-                 NULL, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
-        RETURNING j.id, j.queue, j.status, j.priority, j.run_at,
-                  EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = j.queue),
-                  (SELECT l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
-                   FROM {schema}.limits l)
-        INTO v_id, v_queue, v_status, v_priority, v_run_at, v_known, v_quotas;
+        SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
+        RETURNING j.id INTO v_id;
         created := true;
     ELSE
-        SELECT r AS job,
-               l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
-               EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
-        INTO v
-        FROM {schema}.enqueue_resolve(
-                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
-                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-                 p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
-        LEFT JOIN {schema}.limits l ON true;
-        v_queue := (v.job).queue;
-        v_status := (v.job).status;
-        v_priority := (v.job).priority;
-        v_run_at := (v.job).run_at;
-        v_quotas := v.quotas;
-        v_known := v.known;
         FOR attempt IN 1..10 LOOP
             INSERT INTO {schema}.jobs_new AS j
             SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
@@ -1077,12 +1069,16 @@ BEGIN
 
     -- jsonb_array_elements yields the payloads in order and nextval runs in
     -- that order: sorted ids are input order.
-    WITH inserted AS (
+    -- (The shared fields are read out of v_job once, into a one-row CTE: a
+    -- cached generic plan would otherwise take each field out of the
+    -- composite again for every job.)
+    WITH shared AS MATERIALIZED (SELECT (v_job).*),
+    inserted AS (
         INSERT INTO {schema}.jobs_new AS j
         SELECT nextval('{schema}.jobs_id_seq'),
                CASE WHEN jsonb_typeof(e.payload) = 'null' THEN '{}'::jsonb ELSE e.payload END,
-               (v_job).*
-        FROM jsonb_array_elements(p_payloads) AS e(payload)
+               s.*
+        FROM shared s CROSS JOIN jsonb_array_elements(p_payloads) AS e(payload)
         RETURNING j.id
     )
     SELECT array_agg(i.id ORDER BY i.id) INTO v_ids FROM inserted i;

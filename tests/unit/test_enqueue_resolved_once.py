@@ -58,7 +58,10 @@ def test_no_insert_names_the_columns_of_a_new_job() -> None:
     for statement in inserts:
         assert re.match(r"INSERT INTO \{schema\}\.jobs_new AS j\s+SELECT ", statement), statement
         # A job_values expanded, or (enqueue_rows) the rows of a CTE that expands one.
-        assert re.search(r"\(v_job\)\.\*|\.job\)\.\*|, r\.\*|SELECT i\.\* FROM input i", statement)
+        assert re.search(
+            r"\.job\)\.\*|, r\.\*|SELECT i\.\* FROM input i|s\.\*\s+FROM shared s", statement
+        ), statement
     assert "v.payload, (v.job).*" in bodies["enqueue_rows"]
+    assert "shared AS MATERIALIZED (SELECT (v_job).*)" in bodies["enqueue_payloads"]
     view = schema_file().read_text(encoding="utf-8")
     assert "CREATE VIEW {schema}.jobs_new AS SELECT id, payload, %s, stage" in view
