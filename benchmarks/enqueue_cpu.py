@@ -14,7 +14,12 @@ over all of them, it measures:
   '{}', NULL...)``), and of the floor's ``INSERT ... RETURNING id`` +
   ``pg_notify``;
 * ``bulk``: one ``enqueue_payloads`` call of ``--bulk`` ``{}`` payloads
-  (App.enqueue_many's statement), and the floor's COPY + one NOTIFY.
+  (App.enqueue_many's statement), and the floor's COPY + one NOTIFY;
+* ``batch``: one ``enqueue_batch`` call of ``--batch`` job objects that
+  differ in more than their payload (App.enqueue_many's statement then: each
+  job its own priority), and the floor's COPY + one NOTIFY;
+* ``dedup``: the same with a dedup key per job (``enqueue_batch``'s
+  ``ON CONFLICT`` insert).
 
 Server CPU is the backend's own time on CPU from /proc (so the server must run
 on this machine): other sessions on the server do not count, unlike wall time
@@ -27,6 +32,7 @@ median over rounds per call (single) or per job (bulk), and the ratio to the flo
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -67,6 +73,7 @@ SELECT job_id, created FROM {schema}.enqueue_job(
 """
 PGQUEUE_ONE_PARAMS = ("noop", "{}", *[None] * 9, False, None)
 PGQUEUE_MANY = "SELECT {schema}.enqueue_payloads(%s::jsonb, %s::jsonb)"
+PGQUEUE_BATCH = "SELECT count(*) FROM {schema}.enqueue_batch(%s::jsonb)"
 
 WAL_OF_XIDS = """
 SELECT coalesce(sum(r.record_length), 0), count(*)
@@ -88,6 +95,7 @@ class Target:
     schema: str
     single: Callable[[psycopg.Connection[Any], int], None]
     bulk: Callable[[psycopg.Connection[Any], int], None]
+    batch: Callable[..., None] | None = None
     samples: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
 
 
@@ -119,7 +127,20 @@ def _pgqueue_target(name: str, schema: str) -> Target:
         doc = "[" + ",".join(["{}"] * n) + "]"
         conn.execute(many, ('{"task":"noop"}', doc), prepare=True).fetchall()
 
-    return Target(name, schema, single, bulk)
+    batch_sql = sql.SQL(PGQUEUE_BATCH).format(schema=sql.Identifier(schema))
+
+    def batch(conn: psycopg.Connection[Any], n: int, dedup: bool) -> None:
+        # The document App.enqueue_many sends (encode_batch): the jobs, and
+        # whether any has a dedup key.
+        key = f',"dedup_key":"k{time.monotonic_ns()}-%d"' if dedup else ""
+        jobs = ",".join(
+            f'{{"task":"noop","payload":{{}},"priority":{i % 7}{key % i if dedup else ""}}}'
+            for i in range(n)
+        )
+        doc = f'{{"jobs":[{jobs}],"dedup":{"true" if dedup else "false"}}}'
+        conn.execute(batch_sql, (doc,), prepare=True).fetchall()
+
+    return Target(name, schema, single, bulk, batch)
 
 
 def _floor_target() -> Target:
@@ -148,6 +169,8 @@ def _measure(
             conn.execute("SET plan_cache_mode = force_custom_plan")
         table = sql.Identifier(target.schema, "jobs")
         run = target.single if workload == "single" else target.bulk
+        if workload in ("batch", "dedup") and target.batch is not None:
+            run = functools.partial(target.batch, dedup=workload == "dedup")
         if warmup:
             run(conn, warmup)
         row = conn.execute(sql.SQL("SELECT coalesce(max(id), 0) FROM {}").format(table)).fetchone()
@@ -185,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="single,bulk")
     parser.add_argument("--single", type=int, default=3000, help="calls per single round")
     parser.add_argument("--bulk", type=int, default=20000, help="jobs per bulk call")
+    parser.add_argument("--batch", type=int, default=5000, help="jobs per batch/dedup call")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
 
@@ -214,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads = args.workloads.split(",")
         for rnd in range(args.rounds):
             for workload in workloads:
-                n = args.single if workload == "single" else args.bulk
-                warmup = 300 if workload == "single" else 0
+                n = {"single": args.single, "bulk": args.bulk}.get(workload, args.batch)
+                warmup = {"single": 300, "bulk": 0}.get(workload, 10)
                 for target in targets:
                     sample = _measure(dsn, target, workload, n, warmup)
                     target.samples.setdefault(workload, []).append(sample)
@@ -225,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                     )
         print(
-            f"median of {args.rounds} rounds; single: per call, bulk: per job ({args.bulk} a call)"
+            f"median of {args.rounds} rounds; single: per call, bulk: per job ({args.bulk} a call),"
+            f" batch and dedup: per job ({args.batch} a call)"
         )
         print(f"{'workload':8s} {'system':12s} {'cpu us':>8s} {'x floor':>8s} {'wall us':>8s} "
               f"{'WAL B':>7s} {'x floor':>8s}")  # fmt: skip

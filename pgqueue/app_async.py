@@ -225,11 +225,13 @@ class AsyncAppOperations(AppBase):
         cursor: str | None = None,
         *,
         tags: Sequence[str] | None = None,
+        group_key: str | None = None,
     ) -> Page:
         """A page of jobs, newest first; pass ``page.next_cursor`` for the next one.
-        ``tags``: only jobs having every one of them."""
+        ``tags``: only jobs having every one of them; ``group_key``: only that
+        group's jobs."""
         return await self._database.run_async(
-            inspect.list_jobs(queue, status, task, limit, cursor, tags)
+            inspect.list_jobs(queue, status, task, limit, cursor, tags, group_key)
         )
 
     async def metrics_async(self, queue: str | None = None) -> dict[str, QueueMetrics]:

@@ -221,10 +221,14 @@ class AppOperations(AppBase):
         cursor: str | None = None,
         *,
         tags: Sequence[str] | None = None,
+        group_key: str | None = None,
     ) -> Page:
         """A page of jobs, newest first; pass ``page.next_cursor`` for the next one.
-        ``tags``: only jobs having every one of them."""
-        return self._database.run(inspect.list_jobs(queue, status, task, limit, cursor, tags))
+        ``tags``: only jobs having every one of them; ``group_key``: only that
+        group's jobs."""
+        return self._database.run(
+            inspect.list_jobs(queue, status, task, limit, cursor, tags, group_key)
+        )
 
     def metrics(self, queue: str | None = None) -> dict[str, QueueMetrics]:
         """Counts per queue: queued, scheduled, running, succeeded (last hour),

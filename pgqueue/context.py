@@ -27,7 +27,7 @@ class JobContext:
     seconds at once (the heartbeat does it; the call does not block).
     ``transaction()`` gives a connection whose transaction also records the
     job succeeded when it commits. ``set_progress(value)`` tells how far the
-    job got; ``tags`` and ``meta`` are what it was enqueued with.
+    job got; ``tags``, ``meta`` and ``group_key`` are what it was enqueued with.
 
     Durable tasks: ``step(name, fn, ...)`` runs ``fn`` once per job and stores
     its result; ``sleep(duration)`` / ``sleep_until(when)`` and
@@ -42,6 +42,8 @@ class JobContext:
     task: str
     tags: list[str] = field(default_factory=list)
     meta: dict[str, Any] | None = None
+    #: The group (tenant, customer, ...) the job was enqueued with, or None.
+    group_key: str | None = None
     #: The last value given to :meth:`set_progress` in this attempt.
     progress: Any = None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)

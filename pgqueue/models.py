@@ -99,6 +99,10 @@ class JobSpec(NamedTuple):
     #: Run once every dependency ended, whatever its end (else a dead or
     #: cancelled dependency cancels this job).
     allow_failed: bool = False
+    #: The tenant, customer, API key or domain the job belongs to: 1 to 200
+    #: characters without control characters (``list_jobs(group_key=...)``,
+    #: ``context.group_key``).
+    group_key: str | None = None
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -120,6 +124,7 @@ class EnqueueOptions(TypedDict, total=False):
     meta: dict[str, Any] | None
     depends_on: Sequence[int] | None
     allow_failed: bool
+    group_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,8 @@ class Job:
     #: A durable task's stored steps, sleeps and event waits, oldest first
     #: (read by ``get_job``).
     steps: list[StepRecord] = field(default_factory=list, metadata=OMIT_DEFAULT)
+    #: The group (tenant, customer, ...) it was enqueued with (``group_key``).
+    group_key: str | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +222,8 @@ class LeasedJob:
     #: The job's tags and meta as enqueued (None when it has none).
     tags: list[str] | None = None
     meta: dict[str, Any] | None = None
+    #: The job's group_key (None: none).
+    group_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

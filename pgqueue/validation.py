@@ -94,6 +94,27 @@ def key(kind: str, value: object) -> str | None:
     return value
 
 
+MAX_GROUP_KEY = 200
+_GROUP_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def group_key(value: object) -> str | None:
+    """A group key: None, or 1 to 200 characters without control characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidOption(f"group_key must be a non-empty string, got {value!r}")
+    if not unicode_text(value):
+        raise InvalidOption(f"group_key is {NOT_UNICODE}")
+    if len(value) > MAX_GROUP_KEY:
+        raise InvalidOption(
+            f"group_key must be at most {MAX_GROUP_KEY} characters, got {len(value)}"
+        )
+    if _GROUP_CONTROL.search(value):
+        raise InvalidOption(f"group_key must not contain control characters, got {value!r}")
+    return value
+
+
 def priority(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidOption(f"priority must be an integer, got {value!r}")

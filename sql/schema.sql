@@ -52,6 +52,32 @@ CREATE TYPE {schema}.enqueued AS (
 );
 COMMENT ON TYPE {schema}.enqueued IS 'One input of a batch enqueue and the job it became (enqueue_batch).';
 
+-- What an enqueue decides for a new job besides its id and payload: the one
+-- list of the columns an enqueue writes. enqueue_resolve returns it, and
+-- every insert expands it into the view jobs_new below (which follows this
+-- type), so a new enqueue option is a field here and a column of jobs, and
+-- no INSERT names it. Fixed-width fields first.
+CREATE TYPE {schema}.job_values AS (
+	priority smallint,
+	run_at timestamp with time zone,
+	status {schema}.job_status,
+	max_attempts integer,
+	lease_seconds integer,
+	backoff_base real,
+	backoff_factor real,
+	backoff_max real,
+	backoff_jitter real,
+	has_records boolean,
+	task text,
+	queue text,
+	dedup_key text,
+	serial_key text,
+	tags text[],
+	meta jsonb,
+	group_key text
+);
+COMMENT ON TYPE {schema}.job_values IS 'A new job''s columns besides id and payload, as enqueue_resolve decides them; jobs_new follows its fields.';
+
 -- =====================================================================================
 -- Tables
 -- =====================================================================================
@@ -84,6 +110,7 @@ CREATE TABLE {schema}.jobs (
     trace_context jsonb DEFAULT (NULLIF(current_setting('pgqueue.trace_context'::text, true), ''::text))::jsonb,
     tags text[],
     meta jsonb,
+    group_key text,
     -- The columns a lease or a completion writes come last: PostgreSQL logs
     -- an update on the same page as the new tuple minus the prefix and
     -- suffix it shares with the old one, so the payload is not logged again.
@@ -122,6 +149,7 @@ COMMENT ON COLUMN {schema}.jobs.serial_held IS 'An earlier live job of the same 
 COMMENT ON COLUMN {schema}.jobs.dedup_key IS 'At most one live job per (queue, dedup_key); with a window, one per window.';
 COMMENT ON COLUMN {schema}.jobs.serial_key IS 'Jobs sharing it run one at a time, in id order.';
 COMMENT ON COLUMN {schema}.jobs.trace_context IS 'The W3C trace context of the enqueue (OpenTelemetry), for the worker''s span.';
+COMMENT ON COLUMN {schema}.jobs.group_key IS 'The tenant, customer, API key or domain the job belongs to (enqueue option group_key; NULL: none).';
 COMMENT ON COLUMN {schema}.jobs.attempt_id IS 'The current (or last) attempt''s id: the fencing token every ack, fail, nack and extend presents.';
 COMMENT ON COLUMN {schema}.jobs.stage IS
     'status with running folded into queued. Indexes of live jobs use stage, never status: a lease (queued -> running) leaves stage alone and stays a HOT update, writing no index entry.';
@@ -147,6 +175,25 @@ CREATE TABLE {schema}.jobs_live PARTITION OF {schema}.jobs (
 WITH (fillfactor='35', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', autovacuum_vacuum_cost_delay='1');
 COMMENT ON TABLE {schema}.jobs_live IS
     'Live jobs. fillfactor 35 leaves room on each page for the lease''s HOT update; a finished job''s row leaves for its status''s partition.';
+
+-- Every enqueue inserts through this view: id, payload, then the fields of
+-- job_values in their order (built from the type, so that the column list
+-- is written once, there), then stage (read by ON CONFLICT's index
+-- predicate; never written). An insert gives id, payload and a job_values
+-- expanded, `SELECT nextval(...), payload, (v).*`, and the columns the view
+-- leaves out take their defaults. A plain view: PostgreSQL rewrites the
+-- insert into one on jobs_live when it plans the statement.
+DO $do$
+BEGIN
+    EXECUTE format('CREATE VIEW {schema}.jobs_new AS SELECT id, payload, %s, stage FROM {schema}.jobs_live',
+        (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+         FROM pg_catalog.pg_type t JOIN pg_catalog.pg_attribute a ON a.attrelid = t.typrelid
+         WHERE t.oid = pg_catalog.pg_typeof(NULL::{schema}.job_values)::oid
+           AND a.attnum > 0 AND NOT a.attisdropped));
+END
+$do$;
+COMMENT ON VIEW {schema}.jobs_new IS
+    'The insert path of every enqueue: id, payload, the fields of job_values, stage. Owner only: written through the enqueue functions.';
 
 -- The finished partitions. Each has time-range leaves named
 -- jobs_<status>_<start, UTC, yyyymmddThhmmss>, created ahead and dropped once
@@ -222,6 +269,7 @@ CREATE TABLE {schema}.jobs_archive (
     meta jsonb,
     snoozes integer,
     progress jsonb,
+    group_key text,
     CONSTRAINT jobs_archive_pkey PRIMARY KEY (id)
 );
 COMMENT ON TABLE {schema}.jobs_archive IS
@@ -642,7 +690,7 @@ $$;
 -- Functions: enqueue (validate, resolve defaults, insert, announce)
 -- =====================================================================================
 
-CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[] DEFAULT NULL::text[], p_meta jsonb DEFAULT NULL::jsonb) RETURNS boolean
+CREATE FUNCTION {schema}.check_job(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_max_payload_bytes integer, p_tags text[] DEFAULT NULL::text[], p_meta jsonb DEFAULT NULL::jsonb, p_group_key text DEFAULT NULL::text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -730,6 +778,11 @@ BEGIN
         RAISE EXCEPTION 'pgqueue: meta must be a JSON object of at most 8192 bytes%', v_job
             USING ERRCODE = '22023';
     END IF;
+    IF p_group_key IS NOT NULL AND (length(p_group_key) NOT BETWEEN 1 AND 200 OR p_group_key ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION '%', format('pgqueue: group_key must be 1 to 200 characters without control characters, got %s (%s characters)%s',
+            quote_literal(regexp_replace(left(p_group_key, 80), '[[:cntrl:]]', '?', 'g')), length(p_group_key), v_job)
+            USING ERRCODE = '22023';
+    END IF;
     RETURN true;
 END;
 $_$;
@@ -771,7 +824,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean) RETURNS TABLE(queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real)
+CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload jsonb, p_queue text, p_priority integer, p_default_priority integer, p_run_at timestamp with time zone, p_delay double precision, p_max_attempts integer, p_lease_seconds integer, p_dedup_key text, p_serial_key text, p_backoff real[], p_tags text[], p_meta jsonb, p_lookup boolean, p_waiting boolean, p_records boolean, p_group_key text) RETURNS SETOF {schema}.job_values
     LANGUAGE sql STABLE
     AS $$
     -- The one place an enqueue's options are decided: every enqueue path
@@ -789,10 +842,12 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
     -- p_lookup: the caller does not know the task (it sends only what it was
     -- given; the workers' published definitions fill in the rest).
     -- p_ord numbers the job in a batch's error messages (NULL: one job).
+    -- The result is the new job's row but for id and payload (job_values):
+    -- the inserts expand it, so a new option is decided here and nowhere else.
     -- (A single SELECT of a STABLE SQL function: the planner inlines it into
-    -- its caller's statement, so a batch pays no function call per row.)
-    SELECT q.queue,
-           -- (Out of range, a priority is refused below; clamped here so that
+    -- its caller's statement, so a batch pays no function call per row, and
+    -- the inserts' (v).* reads the expressions, not a built row.)
+    SELECT -- (Out of range, a priority is refused below; clamped here so that
            -- the cast cannot fail first, when the planner folds constants.
            -- Each column is named once: the planner copies an inlined
            -- expression, subqueries included, into every place that names it.)
@@ -802,7 +857,8 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
                 WHEN t.run_at > now() THEN 'scheduled' ELSE 'queued' END::{schema}.job_status,
            coalesce(p_max_attempts, g.max_attempts, 5),
            coalesce(p_lease_seconds, g.lease_seconds, 60),
-           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4]
+           b.backoff[1], b.backoff[2], b.backoff[3], b.backoff[4],
+           p_records, p_task, q.queue, p_dedup_key, p_serial_key, p_tags, p_meta, p_group_key
     -- The registry's row, read once (OFFSET 0 keeps the planner from
     -- copying the look-up into each column that uses it); none unless p_lookup.
     FROM (SELECT NULL) one
@@ -840,6 +896,8 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
                     AND t.run_at >= '1970-01-01 00:00:00+00' AND t.run_at < '2500-01-01 00:00:00+00'
                     AND (p_max_attempts IS NULL OR p_max_attempts >= 0)
                     AND (p_lease_seconds IS NULL OR p_lease_seconds >= 1)
+                    AND (p_group_key IS NULL OR length(p_group_key) BETWEEN 1 AND 200
+                         AND p_group_key !~ '[[:cntrl:]]')
                     AND p_backoff IS NULL AND p_tags IS NULL AND p_meta IS NULL
                THEN true
                ELSE {schema}.check_job(
@@ -848,87 +906,81 @@ CREATE FUNCTION {schema}.enqueue_resolve(p_ord bigint, p_task text, p_payload js
              ELSE now() END,
         p_delay, p_max_attempts, p_lease_seconds, p_dedup_key, p_serial_key, p_backoff,
         coalesce((SELECT l.max_payload_bytes FROM {schema}.limits l), 1048576),
-        p_tags, p_meta) END
+        p_tags, p_meta, p_group_key) END
 $$;
 
-CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, task text, payload jsonb, queue text, priority smallint, run_at timestamp with time zone, status {schema}.job_status, max_attempts integer, lease_seconds integer, dedup_key text, serial_key text, backoff_base real, backoff_factor real, backoff_max real, backoff_jitter real, tags text[], meta jsonb, has_records boolean)
+CREATE FUNCTION {schema}.enqueue_input(p_jobs jsonb) RETURNS TABLE(ord bigint, payload jsonb, job {schema}.job_values)
     LANGUAGE sql STABLE
     AS $$
     -- The rows of a JSON array of job objects, resolved and checked by
     -- enqueue_resolve (both inlined: one statement for the whole batch).
-    SELECT r.ord, r.task, coalesce(r.payload, '{}'::jsonb), v.queue, v.priority, v.run_at,
-           v.status, v.max_attempts, v.lease_seconds, r.dedup_key, r.serial_key,
-           v.backoff_base, v.backoff_factor, v.backoff_max, v.backoff_jitter,
-           r.tags, r.meta, CASE WHEN r.records THEN true END
+    -- An insert expands job, (i.job).*, into jobs_new; once inlined, its
+    -- fields are enqueue_resolve's expressions (no row is built per job).
+    SELECT r.ord, coalesce(r.payload, '{}'::jsonb), v
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
         task text, payload jsonb, queue text, priority integer,
         run_at timestamptz, delay float8, max_attempts integer, lease_seconds integer,
         dedup_key text, serial_key text, backoff real[], lookup boolean,
-        default_priority integer, tags text[], meta jsonb, waiting boolean, records boolean))
+        default_priority integer, tags text[], meta jsonb, waiting boolean, records boolean,
+        group_key text))
         WITH ORDINALITY AS r(task, payload, queue, priority, run_at, delay, max_attempts,
                              lease_seconds, dedup_key, serial_key, backoff, lookup,
-                             default_priority, tags, meta, waiting, records, ord)
+                             default_priority, tags, meta, waiting, records, group_key, ord)
     CROSS JOIN LATERAL {schema}.enqueue_resolve(
         CASE WHEN jsonb_array_length(p_jobs) > 1 THEN r.ord END, r.task,
         coalesce(r.payload, '{}'::jsonb), r.queue, r.priority, r.default_priority, r.run_at,
         r.delay, r.max_attempts, r.lease_seconds, r.dedup_key, r.serial_key, r.backoff,
-        r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false)) v
+        r.tags, r.meta, coalesce(r.lookup, false), coalesce(r.waiting, false),
+        CASE WHEN r.records THEN true END, r.group_key) v
 $$;
 
-CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer) RETURNS TABLE(job_id bigint, created boolean)
+CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::jsonb, p_queue text DEFAULT NULL::text, p_priority integer DEFAULT NULL::integer, p_run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, p_delay double precision DEFAULT NULL::double precision, p_max_attempts integer DEFAULT NULL::integer, p_lease_seconds integer DEFAULT NULL::integer, p_dedup_key text DEFAULT NULL::text, p_serial_key text DEFAULT NULL::text, p_backoff real[] DEFAULT NULL::real[], p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer, p_group_key text DEFAULT NULL::text) RETURNS TABLE(job_id bigint, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    v_queue        text;
-    v_priority     smallint;
-    v_run_at       timestamptz;
-    v_status       {schema}.job_status;
-    v_max_attempts integer;
-    v_lease        integer;
-    v_b1           real;
-    v_b2           real;
-    v_b3           real;
-    v_b4           real;
-    v_quotas       boolean;
-    v_known        boolean;
-    v_id           bigint;
-    v_notified     text;
+    v          record;  -- job (job_values), quotas, known
+    v_id       bigint;
+    v_queue    text;
+    v_status   {schema}.job_status;
+    v_priority smallint;
+    v_run_at   timestamptz;
+    v_quotas   boolean;
+    v_known    boolean;
+    v_notified text;
 BEGIN
     -- One statement resolves and checks the options (enqueue_resolve,
     -- inlined), reads whether quotas are set and whether the queue is
-    -- registered. (A generic plan, cached: under 'auto' the planner keeps
-    -- choosing custom plans for it, made again on every call, which cost as
-    -- much as the rest of the enqueue.)
-    SELECT r.queue, r.priority, r.run_at, r.status, r.max_attempts, r.lease_seconds,
-           r.backoff_base, r.backoff_factor, r.backoff_max, r.backoff_jitter,
+    -- registered. (Generic plans, cached: under 'auto' the planner keeps
+    -- choosing custom plans for these statements, made again on every call,
+    -- which cost as much as the rest of the enqueue.)
+    SELECT r AS job,
            l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
            EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
-    INTO v_queue, v_priority, v_run_at, v_status, v_max_attempts, v_lease,
-         v_b1, v_b2, v_b3, v_b4, v_quotas, v_known
+    INTO v
     FROM {schema}.enqueue_resolve(
              NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
              p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false) r
+             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
     LEFT JOIN {schema}.limits l ON true;
+    v_queue := (v.job).queue;
+    v_status := (v.job).status;
+    v_priority := (v.job).priority;
+    v_run_at := (v.job).run_at;
+    v_quotas := v.quotas;
+    v_known := v.known;
 
     IF p_dedup_key IS NULL THEN
         -- Nothing can conflict: a plain insert, no speculative insertion.
-        INSERT INTO {schema}.jobs_live AS j (
-            task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
-        VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                v_max_attempts, v_lease, p_serial_key, v_b1, v_b2, v_b3, v_b4)
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
         RETURNING j.id INTO v_id;
         created := true;
     ELSE
         FOR attempt IN 1..10 LOOP
-            INSERT INTO {schema}.jobs_live AS j (
-                task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-                dedup_key, serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter)
-            VALUES (p_task, p_payload, v_queue, v_priority, v_run_at, v_status,
-                    v_max_attempts, v_lease, p_dedup_key, p_serial_key, v_b1, v_b2, v_b3, v_b4)
+            INSERT INTO {schema}.jobs_new AS j
+            SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
             ON CONFLICT (queue, dedup_key)
                 WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
             DO NOTHING
@@ -981,7 +1033,7 @@ CREATE FUNCTION {schema}.enqueue_payloads(p_job jsonb, p_payloads jsonb) RETURNS
     SET jit TO 'off'
     AS $$
 DECLARE
-    v_job       record;
+    v_job       {schema}.job_values;
     v_count     integer;
     v_max_bytes integer;
     v_quotas    boolean;
@@ -1003,7 +1055,7 @@ BEGIN
     SELECT l.max_payload_bytes, l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
     INTO v_max_bytes, v_quotas FROM {schema}.limits l;
     -- The shared fields: checked and defaulted once, exactly as for one job.
-    SELECT i.* INTO v_job FROM {schema}.enqueue_input(jsonb_build_array(p_job)) i;
+    SELECT (i.job).* INTO v_job FROM {schema}.enqueue_input(jsonb_build_array(p_job)) i;
     -- Every payload, before any id is drawn: plain expressions, else
     -- check_job names the problem and the job.
     PERFORM count(*)
@@ -1017,16 +1069,16 @@ BEGIN
 
     -- jsonb_array_elements yields the payloads in order and nextval runs in
     -- that order: sorted ids are input order.
-    WITH inserted AS (
-        INSERT INTO {schema}.jobs_live AS j (
-            id, task, payload, queue, priority, run_at, status, max_attempts, lease_seconds,
-            serial_key, backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta)
-        SELECT nextval('{schema}.jobs_id_seq'), v_job.task,
+    -- (The shared fields are read out of v_job once, into a one-row CTE: a
+    -- cached generic plan would otherwise take each field out of the
+    -- composite again for every job.)
+    WITH shared AS MATERIALIZED (SELECT (v_job).*),
+    inserted AS (
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT nextval('{schema}.jobs_id_seq'),
                CASE WHEN jsonb_typeof(e.payload) = 'null' THEN '{}'::jsonb ELSE e.payload END,
-               v_job.queue, v_job.priority, v_job.run_at, v_job.status, v_job.max_attempts,
-               v_job.lease_seconds, v_job.serial_key, v_job.backoff_base, v_job.backoff_factor,
-               v_job.backoff_max, v_job.backoff_jitter, v_job.tags, v_job.meta
-        FROM jsonb_array_elements(p_payloads) AS e(payload)
+               s.*
+        FROM shared s CROSS JOIN jsonb_array_elements(p_payloads) AS e(payload)
         RETURNING j.id
     )
     SELECT array_agg(i.id ORDER BY i.id) INTO v_ids FROM inserted i;
@@ -1051,22 +1103,18 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
     LANGUAGE sql
     AS $$
     WITH input AS MATERIALIZED (
-        SELECT nextval('{schema}.jobs_id_seq') AS id, i.*
-        FROM (SELECT * FROM {schema}.enqueue_input(p_jobs) v
-              WHERE p_only IS NULL OR v.ord = ANY (p_only)
-              ORDER BY v.ord + 0 OFFSET 0) i  -- validate all before drawing ids
+        -- jobs_new's columns, flat (nextval is computed after the sort,
+        -- which reads, and so validates, every job first: a refused batch
+        -- draws no id; and the ids follow the input order).
+        SELECT nextval('{schema}.jobs_id_seq') AS id, v.payload, (v.job).*
+        FROM {schema}.enqueue_input(p_jobs) v
+        WHERE p_only IS NULL OR v.ord = ANY (p_only)
+        ORDER BY v.ord + 0
     ),
     inserted AS (
-        INSERT INTO {schema}.jobs_live AS j (
-            id, task, payload, queue, priority, run_at, status, max_attempts,
-            lease_seconds, dedup_key, serial_key,
-            backoff_base, backoff_factor, backoff_max, backoff_jitter, tags, meta, has_records)
-        SELECT i.id, i.task, i.payload, i.queue, i.priority, i.run_at, i.status, i.max_attempts,
-               i.lease_seconds, i.dedup_key, i.serial_key,
-               i.backoff_base, i.backoff_factor, i.backoff_max, i.backoff_jitter, i.tags, i.meta,
-               i.has_records
-        FROM input i
-        ORDER BY i.ord
+        INSERT INTO {schema}.jobs_new AS j
+        SELECT i.* FROM input i
+        ORDER BY i.id
         ON CONFLICT (queue, dedup_key)
             WHERE dedup_key IS NOT NULL AND stage IN ('queued', 'scheduled')
         DO NOTHING
@@ -1089,8 +1137,13 @@ CREATE FUNCTION {schema}.enqueue_rows(p_jobs jsonb, p_only bigint[] DEFAULT NULL
                       FROM inserted d WHERE d.status = 'queued'
                       ORDER BY d.queue, d.priority DESC, d.run_at, d.id) f) AS n
     )
-    SELECT i.ord, d.id, i.queue, i.dedup_key
-    FROM input i
+    -- Each job's place in the input: the ids were drawn in input order, so
+    -- the n-th smallest id is the n-th job (of p_only's, when given).
+    SELECT CASE WHEN p_only IS NULL THEN i.n
+                ELSE (SELECT array_agg(o ORDER BY o) FROM unnest(p_only) o)[i.n] END,
+           d.id, i.queue, i.dedup_key
+    FROM (SELECT i.id, i.queue, i.dedup_key, row_number() OVER (ORDER BY i.id) AS n
+          FROM input i) i
     LEFT JOIN inserted d ON d.id = i.id
     CROSS JOIN notified
 $$;
@@ -1136,18 +1189,14 @@ BEGIN
         -- sequence in input order, so sorted ids are in input order too.
         RETURN QUERY
         WITH inserted AS (
-            INSERT INTO {schema}.jobs_live AS j (
-                id, task, payload, queue, priority, run_at, status, max_attempts,
-                lease_seconds, dedup_key, serial_key, backoff_base, backoff_factor,
-                backoff_max, backoff_jitter, tags, meta, has_records)
-            SELECT nextval('{schema}.jobs_id_seq'), i.task, i.payload, i.queue, i.priority,
-                   i.run_at, i.status, i.max_attempts, i.lease_seconds, i.dedup_key,
-                   i.serial_key, i.backoff_base, i.backoff_factor, i.backoff_max,
-                   i.backoff_jitter, i.tags, i.meta, i.has_records
+            INSERT INTO {schema}.jobs_new AS j
+            SELECT nextval('{schema}.jobs_id_seq'), i.payload, (i.job).*
+            FROM {schema}.enqueue_input(v_jobs) i
             -- The sort reads (and so validates) every job before the first
-            -- id is drawn: a refused batch consumes no ids. (On ord + 0: the
-            -- scan is already ordered on ord, which would skip the sort.)
-            FROM (SELECT * FROM {schema}.enqueue_input(v_jobs) v ORDER BY v.ord + 0 OFFSET 0) i
+            -- id is drawn (the planner computes nextval above the sort): a
+            -- refused batch consumes no ids. (On ord + 0: the scan is
+            -- already ordered on ord, which would skip the sort.)
+            ORDER BY i.ord + 0
             RETURNING j.id, j.queue, j.status, j.priority, j.run_at
         ),
         per_queue AS (
@@ -1350,6 +1399,17 @@ DECLARE
 BEGIN
     IF jsonb_typeof(p_jobs) <> 'array' THEN
         RAISE EXCEPTION 'pgqueue: enqueue_windowed takes a JSON array of jobs' USING ERRCODE = '22023';
+    END IF;
+    -- A windowed job of a task the caller does not know (lookup) goes to the
+    -- task registry's queue, as enqueue_resolve decides: its dedup lock and
+    -- claim must be in that queue, so the job names it from here on.
+    IF jsonb_path_exists(p_jobs, '$[*] ? (@.lookup == true && !exists(@.queue))') THEN
+        p_jobs := (SELECT jsonb_agg(CASE
+                       WHEN e ? 'queue' OR NOT coalesce((e ->> 'lookup')::boolean, false) THEN e
+                       ELSE e || jsonb_build_object('queue', coalesce(
+                           (SELECT g.queue FROM {schema}.tasks g WHERE g.name = e ->> 'task'),
+                           'default')) END ORDER BY x.o)
+                   FROM jsonb_array_elements(p_jobs) WITH ORDINALITY x(e, o));
     END IF;
     PERFORM {schema}.dedup_lock(ARRAY(
         SELECT {schema}.dedup_lock_key(coalesce(e ->> 'queue', 'default'), e ->> 'dedup_key')
@@ -1560,7 +1620,7 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue_plain(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, group_key text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1575,15 +1635,15 @@ BEGIN
             'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
             'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
             'dedup_key', dedup_key, 'serial_key', serial_key, 'lookup', true,
-            'tags', to_jsonb(tags), 'meta', meta))) b);
+            'tags', to_jsonb(tags), 'meta', meta, 'group_key', group_key))) b);
     END IF;
     RETURN (SELECT e.job_id FROM {schema}.enqueue_job(
         task, payload, queue, priority, coalesce(run_at, now()), NULL, max_attempts, NULL,
-        dedup_key, serial_key, NULL, true, NULL) e);
+        dedup_key, serial_key, NULL, true, NULL, group_key) e);
 END;
 $$;
 
-CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, depends_on bigint[] DEFAULT NULL::bigint[], allow_failed boolean DEFAULT false) RETURNS bigint
+CREATE FUNCTION {schema}.enqueue(task text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT NULL::text, priority integer DEFAULT NULL::integer, run_at timestamp with time zone DEFAULT now(), max_attempts integer DEFAULT NULL::integer, dedup_key text DEFAULT NULL::text, serial_key text DEFAULT NULL::text, dedup_window interval DEFAULT NULL::interval, debounce interval DEFAULT NULL::interval, traceparent text DEFAULT NULL::text, tags text[] DEFAULT NULL::text[], meta jsonb DEFAULT NULL::jsonb, depends_on bigint[] DEFAULT NULL::bigint[], allow_failed boolean DEFAULT false, group_key text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -1630,12 +1690,13 @@ BEGIN
             'job', jsonb_build_object(
                 'task', task, 'payload', payload, 'queue', queue, 'priority', priority,
                 'run_at', coalesce(run_at, now()), 'max_attempts', max_attempts,
-                'serial_key', serial_key, 'lookup', true, 'tags', to_jsonb(tags), 'meta', meta),
+                'serial_key', serial_key, 'lookup', true, 'tags', to_jsonb(tags), 'meta', meta,
+                'group_key', group_key),
             'depends_on', to_jsonb(coalesce(depends_on, '{}')),
             'allow_failed', allow_failed))) g;
     ELSE
         v_id := {schema}.enqueue_plain(task, payload, queue, priority, run_at, max_attempts,
-                                       dedup_key, serial_key, tags, meta);
+                                       dedup_key, serial_key, tags, meta, group_key);
     END IF;
     IF traceparent IS NOT NULL THEN
         PERFORM set_config('pgqueue.trace_context', coalesce(v_context, ''), true);
@@ -1651,11 +1712,11 @@ CREATE FUNCTION {schema}.replay_job(p_job_id bigint, p_queue text DEFAULT NULL::
 SELECT b.job_id, b.created, p_job_id
 FROM (
     SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
+           backoff_base, backoff_factor, backoff_max, backoff_jitter, group_key
     FROM {schema}.jobs WHERE id = p_job_id
     UNION ALL
     SELECT task, payload, queue, priority, max_attempts, lease_seconds, dedup_key, serial_key,
-           backoff_base, backoff_factor, backoff_max, backoff_jitter
+           backoff_base, backoff_factor, backoff_max, backoff_jitter, group_key
     FROM {schema}.jobs_archive WHERE id = p_job_id
     LIMIT 1
 ) src
@@ -1664,7 +1725,7 @@ CROSS JOIN LATERAL {schema}.enqueue_batch(jsonb_build_array(jsonb_strip_nulls(js
     'queue', coalesce(p_queue, src.queue), 'priority', src.priority,
     'run_at', coalesce(p_run_at, now()), 'max_attempts', src.max_attempts,
     'lease_seconds', src.lease_seconds, 'dedup_key', src.dedup_key,
-    'serial_key', src.serial_key,
+    'serial_key', src.serial_key, 'group_key', src.group_key,
     'backoff', CASE WHEN src.backoff_base IS NOT NULL THEN jsonb_build_array(
         src.backoff_base, src.backoff_factor, src.backoff_max, src.backoff_jitter) END)))) b;
 $$;
@@ -1673,7 +1734,7 @@ $$;
 -- Functions: lease, and what a running job does
 -- =====================================================================================
 
-CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after jsonb DEFAULT NULL::jsonb) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb, priority smallint, ordered boolean)
+CREATE FUNCTION {schema}.lease_jobs(p_queues text[], p_worker_id text, p_limit integer, p_lease_seconds integer DEFAULT NULL::integer, p_now timestamp with time zone DEFAULT NULL::timestamp with time zone, p_after jsonb DEFAULT NULL::jsonb) RETURNS TABLE(job_id bigint, attempt_id bigint, attempt integer, task text, queue text, payload jsonb, lease_expires_at timestamp with time zone, lease_seconds integer, run_at timestamp with time zone, trace_context jsonb, tags text[], meta jsonb, group_key text, priority smallint, ordered boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
@@ -1905,10 +1966,11 @@ BEGIN
             WHERE j.ctid = ANY (ARRAY(SELECT tid FROM picked))
             RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload, j.lease_expires_at,
                       coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds, j.priority, j.run_at, j.trace_context,
-                      j.tags, j.meta
+                      j.tags, j.meta, j.group_key
             )
             SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload, l.lease_expires_at,
-                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta, l.priority, true
+                   l.lease_seconds, l.run_at, l.trace_context, l.tags, l.meta, l.group_key,
+                   l.priority, true
             FROM leased l
             ORDER BY l.priority DESC, l.run_at, l.id;  -- the batch in DESIGN order
             GET DIAGNOSTICS v_got = ROW_COUNT;
@@ -2002,12 +2064,12 @@ BEGIN
                     RETURNING j.id, j.attempt_id, j.attempts, j.task, j.queue, j.payload,
                               j.lease_expires_at,
                               coalesce(v_lease, CASE WHEN v_tuned THEN (SELECT s.lease_seconds FROM {schema}.task_settings s WHERE s.name = j.task) END, j.lease_seconds) AS lease_seconds,
-                              j.priority, j.run_at, j.trace_context, j.tags, j.meta
+                              j.priority, j.run_at, j.trace_context, j.tags, j.meta, j.group_key
                     )
                     -- (ordered false: task limits skip jobs, so no cursor may pass them)
                     SELECT l.id, l.attempt_id, l.attempts, l.task, l.queue, l.payload,
                            l.lease_expires_at, l.lease_seconds, l.run_at, l.trace_context,
-                           l.tags, l.meta, l.priority, false
+                           l.tags, l.meta, l.group_key, l.priority, false
                     FROM leased l
                     ORDER BY l.priority DESC, l.run_at, l.id;
                     GET DIAGNOSTICS v_n = ROW_COUNT;

@@ -449,3 +449,29 @@ def test_a_producer_role_enqueues_windowed_and_debounced(db_dsn: str, db_roles: 
         assert row == (first.job_id,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT pgqueue.dedup_claim('default', 'p', '1 min', NULL, '{}')")
+
+
+@pytest.mark.parametrize("how", ["window", "debounce"])
+def test_a_window_of_an_unknown_task_is_kept_in_the_registry_queue(
+    app: pgqueue.App, db_dsn: str, how: str
+) -> None:
+    """The caller does not know the task: the job goes to the queue the task
+    registry names, and its dedup window is looked up there, not in
+    ``default``."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgqueue.tasks (name, queue) VALUES ('report.build', 'reports')")
+    option: dict[str, Any] = {"dedup_window": 60} if how == "window" else {"debounce": 0}
+    first = app.enqueue("report.build", {"n": 1}, dedup_key="k", **option)
+    with psycopg.connect(db_dsn) as conn:
+        where = conn.execute("SELECT queue FROM pgqueue.jobs WHERE id = %s", (first.job_id,))
+        assert where.fetchone() == ("reports",)
+    if how == "window":
+        (leased,) = app.lease("reports", "w1")
+        app.ack(leased)  # finished: only the window can find it now
+    again = app.enqueue("report.build", {"n": 2}, dedup_key="k", **option)
+    assert (again.job_id, again.created) == (first.job_id, False)
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE dedup_key = 'k'").fetchone()
+    assert row == (1,)
+    if how == "debounce":
+        assert _job(db_dsn, first.job_id)["payload"] == {"n": 2}

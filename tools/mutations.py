@@ -329,11 +329,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (
             Edit(
                 SCHEMA,
-                "p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer)"
+                "p_default_priority integer DEFAULT NULL::integer,"
+                " p_group_key text DEFAULT NULL::text)"
                 " RETURNS TABLE(job_id bigint, created boolean)\n"
                 "    LANGUAGE plpgsql SECURITY DEFINER\n"
                 "    SET search_path TO 'pg_catalog', 'pg_temp'\n",
-                "p_lookup boolean DEFAULT false, p_default_priority integer DEFAULT NULL::integer)"
+                "p_default_priority integer DEFAULT NULL::integer,"
+                " p_group_key text DEFAULT NULL::text)"
                 " RETURNS TABLE(job_id bigint, created boolean)\n"
                 "    LANGUAGE plpgsql SECURITY DEFINER\n",
             ),

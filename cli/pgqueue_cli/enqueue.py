@@ -95,6 +95,16 @@ def enqueue(
             "--allow-failed", help="With --depends-on: run once they ended, whatever the end."
         ),
     ] = False,
+    group_key: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            metavar="KEY",
+            help="The tenant, customer, API key or domain the job belongs to "
+            "(1 to 200 characters).",
+            show_default=False,
+        ),
+    ] = None,
     batch: Annotated[
         bool,
         typer.Option(
@@ -123,6 +133,8 @@ def enqueue(
 
       pgqueue enqueue import --tag tenant:42 --tag nightly --meta '{"by": "cron"}'
 
+      pgqueue enqueue crawl --group example.com --payload '{"url": "https://example.com/"}'
+
       jq -c '.[]' users.json | pgqueue enqueue welcome --batch
     """
     if run_at is not None and delay is not None:
@@ -145,6 +157,7 @@ def enqueue(
         meta=parsing.json_object(meta, "--meta") if meta is not None else None,
         depends_on=depends_on or None,
         allow_failed=allow_failed,
+        group_key=group_key,
     )
     if batch:
         if payload is not None or payload_file is not None:

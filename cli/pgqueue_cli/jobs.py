@@ -63,6 +63,10 @@ def list_jobs(
         list[str] | None,
         typer.Option("--tag", help="Only jobs having this tag (repeat: all of them)."),
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option("--group", metavar="KEY", help="Only the jobs of this group (group_key)."),
+    ] = None,
     limit: LimitOption = 50,
     cursor: CursorOption = None,
     as_json: JsonOption = False,
@@ -81,10 +85,18 @@ def list_jobs(
       pgqueue jobs list --cursor MTIzNDU
 
       pgqueue jobs list --tag tenant:42 --tag nightly
+
+      pgqueue jobs list --group customer-42 --status queued
     """
     with open_app() as queue_app:
         page = queue_app.list_jobs(
-            queue=queue, status=status, task=task, limit=limit, cursor=cursor, tags=tag or None
+            queue=queue,
+            status=status,
+            task=task,
+            limit=limit,
+            cursor=cursor,
+            tags=tag or None,
+            group_key=group,
         )
     print_page(page, as_json, LIST_COLUMNS, command("jobs list"))
 
@@ -161,6 +173,7 @@ def show(
             ("finished", job.finished_at),
             ("dedup key", job.dedup_key),
             ("serial key", job.serial_key),
+            ("group", job.group_key),
             ("payload", job.payload),
             ("tags", ", ".join(job.tags) or None),
             ("meta", job.meta),

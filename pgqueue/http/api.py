@@ -67,7 +67,7 @@ DEFAULT_MAX_BODY = 1 << 20
 LISTEN_NAME = "pgqueue-http-listen"
 Handler = Callable[[Request], Awaitable[Any]]
 _OPTIONS = ("queue", "priority", "run_at", "delay", "max_attempts", "dedup_key", "serial_key",
-            "tags", "meta", "depends_on")  # fmt: skip
+            "tags", "meta", "depends_on", "group_key")  # fmt: skip
 
 
 def enqueue_options(job: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,8 @@ RESPONSES: dict[str, dict[str, Any]] = {
             "max_attempts": _INT,
             "dedup_key": _NULLABLE_TEXT,
             "serial_key": _NULLABLE_TEXT,
+            # Present only when the job has one (pgqueue.Job.group_key).
+            "group_key": {"type": "string"},
             "created_at": _TIME,
             "finished_at": _NULLABLE_TIME,
             "last_error": _NULLABLE_TEXT,

@@ -45,6 +45,7 @@ TEXT = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"  # not blank, n
 TAG = r"^[A-Za-z0-9_.:-]{1,64}$"
 QUEUE = r"^[A-Za-z0-9_.:-]{1,128}$"
 NO_NUL = r"^[^\x00]+$"
+GROUP_KEY = r"^[^\x00-\x1f\x7f-\x9f]+$"  # no control characters
 
 
 class ApiError(Exception):
@@ -399,6 +400,14 @@ ENQUEUE = Body(
         "depends_on": Prop(
             Array(JOB_ID, MAX_BATCH),
             description="Job ids this job waits for.",
+        ),
+        "group_key": Prop(
+            Str(
+                validation.MAX_GROUP_KEY,
+                GROUP_KEY,
+                what="1 to 200 characters without control characters",
+            ),
+            description="The tenant, customer, API key or domain the job belongs to.",
         ),
     },
     exclusive=(("run_at", "delay"),),

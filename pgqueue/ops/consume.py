@@ -150,7 +150,7 @@ def lease_batch(
         jobs = [
             LeasedJob(
                 r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], None, None,
-                r[8], r[9] and loads_stored(r[9]),
+                r[8], r[9] and loads_stored(r[9]), r[10],
             )
             for r, payload in zip(rows, payloads, strict=True)
         ]  # fmt: skip
@@ -159,7 +159,7 @@ def lease_batch(
     jobs = [
         LeasedJob(
             r[0], r[1], r[2], r[3], r[4], payload, r[6], r[7], r[8], trace,
-            r[10], r[11] and loads_stored(r[11]),
+            r[10], r[11] and loads_stored(r[11]), r[12],
         )
         for r, payload, trace in zip(rows, payloads, traces, strict=True)
     ]  # fmt: skip

@@ -67,6 +67,8 @@ class _JobBuilder:
             self.dedup = True
         if spec.serial_key is not None:
             obj["serial_key"] = validation.key("serial_key", spec.serial_key)
+        if spec.group_key is not None:
+            obj["group_key"] = validation.group_key(spec.group_key)
         if spec.dedup_window is not None or spec.debounce is not None:
             obj.update(_over_time(spec))
             self.windowed = True

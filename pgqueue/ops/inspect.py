@@ -44,7 +44,7 @@ _JOB_FIELDS = (
 
 
 #: Read when the statement selects them (get_job, list_jobs); defaults otherwise.
-_OPTIONAL_FIELDS = ("tags", "meta", "progress", "snoozes")
+_OPTIONAL_FIELDS = ("tags", "meta", "progress", "snoozes", "group_key")
 
 
 def job_from_row(
@@ -135,12 +135,14 @@ def _list_params(
     tags: Sequence[str] | None,
     before_id: int | None,
     limit: int,
+    group_key: str | None = None,
 ) -> dict[str, Any]:
     """The parameters of ``job_list``: every filter, none of the search."""
     stored, due = _stored(status)
     return {
         "queue": validation.queue_name(queue) if queue is not None else None,
         "task": validation.task_name(task) if task is not None else None,
+        "group_key": validation.group_key(group_key),
         "tags": validation.tags(tags),
         "stored_statuses": stored,
         "stored_stages": stages(stored),
@@ -159,11 +161,13 @@ def list_jobs(
     limit: int = 100,
     cursor: str | None = None,
     tags: Sequence[str] | None = None,
+    group_key: str | None = None,
 ) -> Op[Page]:
     """A page of jobs, newest first; pass ``next_cursor`` for the next page.
-    ``tags``: only jobs having every one of them."""
+    ``tags``: only jobs having every one of them; ``group_key``: only that
+    group's jobs."""
     before_id = decode_cursor(cursor) if cursor else None
-    return _list_jobs(_list_params(queue, task, status, tags, before_id, limit), limit)
+    return _list_jobs(_list_params(queue, task, status, tags, before_id, limit, group_key), limit)
 
 
 def _list_jobs(params: dict[str, Any], limit: int) -> Op[Page]:

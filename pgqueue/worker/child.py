@@ -221,6 +221,7 @@ class Child:
             job["task"],
             tags=list(job.get("tags") or []),
             meta=job.get("meta"),
+            group_key=job.get("group_key"),
             _extend=partial(self._extend, job_id),
             _progress=partial(self._progress, job_id),
             _dependencies=partial(self.app.job_dependencies, job_id),

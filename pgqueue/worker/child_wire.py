@@ -2,7 +2,7 @@
 one JSON object per frame, each frame a 4-byte big-endian length then UTF-8.
 
 Worker to child: ``{"op": "run", "job": {...}}`` (one job: ids, task,
-payload, tags, meta), ``{"op": "stop", "job_id": N}`` (``should_stop()``
+payload, tags, meta, group_key), ``{"op": "stop", "job_id": N}`` (``should_stop()``
 turns true), ``{"op": "exit"}`` (finish and leave: the child is replaced).
 
 Child to worker: ``{"op": "ready", "pid": N}`` once the app is imported, or

@@ -269,6 +269,7 @@ class Executor:
                 job.task,
                 tags=job.tags or [],
                 meta=job.meta,
+                group_key=job.group_key,
                 _extend=partial(self._request_extend, rj),
                 _progress=None if self.progress is None else partial(self.progress.note, rj),
                 _dependencies=None

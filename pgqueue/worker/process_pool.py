@@ -285,6 +285,7 @@ class ProcessPool:
                 "payload": job.payload,
                 "tags": job.tags or [],
                 "meta": job.meta,
+                "group_key": job.group_key,
             },
         }
         future: asyncio.Future[ChildOutcome] = asyncio.get_running_loop().create_future()

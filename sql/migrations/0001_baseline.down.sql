@@ -6,7 +6,12 @@ DECLARE
     r record;
 BEGIN
     FOR r IN SELECT c.oid::regclass AS rel FROM pg_class c
-             WHERE c.relnamespace = v_nsp AND c.relkind IN ('r', 'p', 'v', 'm')
+             WHERE c.relnamespace = v_nsp AND c.relkind = 'v'
+    LOOP
+        EXECUTE format('DROP VIEW IF EXISTS %s CASCADE', r.rel);
+    END LOOP;
+    FOR r IN SELECT c.oid::regclass AS rel FROM pg_class c
+             WHERE c.relnamespace = v_nsp AND c.relkind IN ('r', 'p', 'm')
                AND c.relname <> 'alembic_version' AND NOT c.relispartition
     LOOP
         EXECUTE format('DROP TABLE IF EXISTS %s CASCADE', r.rel);

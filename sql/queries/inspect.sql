@@ -9,14 +9,14 @@ SELECT j.id, j.queue, j.task, j.payload, j.priority,
        j.finished_at, j.last_error, j.result,
        j.status::text AS stored_status, j.attempt_id, j.worker_id, j.attempt_started_at,
        j.lease_expires_at, j.cancel_requested, j.lease_seconds, false AS archived, now() AS db_now,
-       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
+       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes, j.group_key
 FROM {schema}.jobs j WHERE j.id = %(job_id)s
 UNION ALL
 SELECT a.id, a.queue, a.task, a.payload, a.priority, a.status::text, a.run_at, a.attempts,
        a.max_attempts, a.dedup_key, a.serial_key, a.created_at, a.finished_at, a.last_error,
        a.result, a.status::text, a.attempt_id, a.worker_id, a.attempt_started_at,
        a.lease_expires_at, a.cancel_requested, a.lease_seconds, true, now(),
-       coalesce(a.tags, '{}'), a.meta, a.progress, a.snoozes
+       coalesce(a.tags, '{}'), a.meta, a.progress, a.snoozes, a.group_key
 FROM {schema}.jobs_archive a WHERE a.id = %(job_id)s
 LIMIT 1;
 
@@ -58,10 +58,11 @@ SELECT j.id, j.queue, j.task, j.payload, j.priority,
        {schema}.visible_status(j.status, j.run_at) AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result,
-       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
+       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes, j.group_key
 FROM {schema}.jobs j
 WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(group_key)s::text IS NULL OR j.group_key = %(group_key)s::text)
   -- jobs having every tag asked for (jobs_tags_idx covers tagged jobs only)
   AND (%(tags)s::text[] IS NULL OR j.tags @> %(tags)s::text[] AND j.tags IS NOT NULL)
   AND (%(stored_statuses)s::{schema}.job_status[] IS NULL
@@ -83,7 +84,7 @@ LIMIT %(limit)s;
 SELECT j.id, j.queue, j.task, j.payload, j.priority, j.status::text AS status,
        j.run_at, j.attempts, j.max_attempts, j.dedup_key, j.serial_key, j.created_at,
        j.finished_at, j.last_error, j.result,
-       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes
+       coalesce(j.tags, '{}') AS tags, j.meta, j.progress, j.snoozes, j.group_key
 FROM {schema}.jobs j
 WHERE j.status = %(status)s::{schema}.job_status  -- a finished status
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)

@@ -10,7 +10,8 @@ SELECT job_id, created FROM {schema}.enqueue_job(
     %(task)s::text, %(payload)s::jsonb, %(queue)s::text, %(priority)s::integer,
     %(run_at)s::timestamptz, %(delay)s::float8, %(max_attempts)s::integer,
     %(lease_seconds)s::integer, %(dedup_key)s::text, %(serial_key)s::text,
-    %(backoff)s::real[], %(lookup)s::boolean, %(default_priority)s::integer);
+    %(backoff)s::real[], %(lookup)s::boolean, %(default_priority)s::integer,
+    %(group_key)s::text);
 
 -- name: job_enqueue_payloads
 -- Enqueue one job per payload of a JSON array, all with the fields of one job
@@ -34,7 +35,8 @@ SELECT job_id, created FROM {schema}.enqueue_windowed(%(jobs)s::jsonb);
 -- microseconds since the epoch, as the announcements carry it (an integer:
 -- no timestamp to decode per leased row).
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
-       tags, meta, priority, (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us, ordered
+       tags, meta, group_key, priority, (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us,
+       ordered
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
                          %(lease_seconds)s::integer, %(now)s::timestamptz, %(after)s::jsonb);
 

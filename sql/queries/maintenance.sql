@@ -24,11 +24,13 @@ INSERT INTO {schema}.jobs_archive (
     id, priority, status, attempts, max_attempts, lease_seconds, run_at, created_at,
     attempt_id, attempt_started_at, lease_expires_at, finished_at, cancel_requested,
     notify_finish, backoff_base, backoff_factor, backoff_max, backoff_jitter, queue, task,
-    payload, worker_id, dedup_key, serial_key, last_error, result, tags, meta, snoozes, progress)
+    payload, worker_id, dedup_key, serial_key, last_error, result, tags, meta, snoozes, progress,
+    group_key)
 SELECT id, priority, status, attempts, max_attempts, lease_seconds, run_at, created_at,
        attempt_id, attempt_started_at, lease_expires_at, finished_at, cancel_requested,
        notify_finish, backoff_base, backoff_factor, backoff_max, backoff_jitter, queue, task,
-       payload, worker_id, dedup_key, serial_key, last_error, result, tags, meta, snoozes, progress
+       payload, worker_id, dedup_key, serial_key, last_error, result, tags, meta, snoozes, progress,
+       group_key
 FROM moved;
 
 -- name: job_archive_count

@@ -15,7 +15,8 @@ FROM {schema}.enqueue_batch_traced(%(jobs)s::jsonb, %(trace_context)s::jsonb,
 -- context: the same lease_jobs call, two more of its columns.
 SELECT job_id, attempt_id, attempt, task, queue, payload, lease_expires_at, lease_seconds,
        extract(epoch FROM lease_expires_at - run_at)::float8 - lease_seconds AS wait_seconds,
-       trace_context, tags, meta, priority, (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us, ordered
+       trace_context, tags, meta, group_key, priority,
+       (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us, ordered
 FROM {schema}.lease_jobs(%(queues)s::text[], %(worker_id)s, %(limit)s,
                          %(lease_seconds)s::integer, %(now)s::timestamptz, %(after)s::jsonb);
 

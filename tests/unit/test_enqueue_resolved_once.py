@@ -40,3 +40,28 @@ def test_priority_precedence_and_registry_defaults_are_decided_once() -> None:
         if name.startswith("enqueue") and (setting.search(body) or registry.search(body))
     }
     assert deciders == {"enqueue_resolve"}
+
+
+def test_no_insert_names_the_columns_of_a_new_job() -> None:
+    """The columns an enqueue writes are listed once, in the type
+    ``job_values`` (the view ``jobs_new`` is built from it): every function
+    that creates jobs inserts through ``jobs_new`` and names no column."""
+    bodies = _bodies()
+    into_live = re.compile(r"INSERT INTO \{schema\}\.jobs_live\b")
+    into_jobs = re.compile(r"INSERT INTO \{schema\}\.jobs\b")
+    assert [name for name, body in bodies.items() if into_live.search(body)] == []
+    assert [
+        n for n, body in bodies.items() if n.startswith("enqueue") and into_jobs.search(body)
+    ] == []
+    inserts = re.findall(r"INSERT INTO \{schema\}\.jobs_new\b[^;]*", "".join(bodies.values()))
+    assert len(inserts) == 5  # enqueue_job (2), enqueue_payloads, enqueue_rows, enqueue_batch
+    for statement in inserts:
+        assert re.match(r"INSERT INTO \{schema\}\.jobs_new AS j\s+SELECT ", statement), statement
+        # A job_values expanded, or (enqueue_rows) the rows of a CTE that expands one.
+        assert re.search(
+            r"\.job\)\.\*|, r\.\*|SELECT i\.\* FROM input i|s\.\*\s+FROM shared s", statement
+        ), statement
+    assert "v.payload, (v.job).*" in bodies["enqueue_rows"]
+    assert "shared AS MATERIALIZED (SELECT (v_job).*)" in bodies["enqueue_payloads"]
+    view = schema_file().read_text(encoding="utf-8")
+    assert "CREATE VIEW {schema}.jobs_new AS SELECT id, payload, %s, stage" in view

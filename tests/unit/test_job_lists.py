@@ -110,7 +110,9 @@ def test_each_list_reads_one_of_the_job_list_statements(
 
 def test_list_jobs_reads_job_list_with_every_filter() -> None:
     asked, page = drive(
-        list_jobs("q", "scheduled", "t", limit=2, cursor=encode_cursor(40), tags=["a"]),
+        list_jobs(
+            "q", "scheduled", "t", limit=2, cursor=encode_cursor(40), tags=["a"], group_key="g"
+        ),
         iter([[job_row(30), job_row(20), job_row(10)]]),
     )
     [step] = asked
@@ -118,6 +120,7 @@ def test_list_jobs_reads_job_list_with_every_filter() -> None:
     assert step.params == {
         "queue": "q",
         "task": "t",
+        "group_key": "g",
         "tags": ["a"],
         "stored_statuses": ["queued", "scheduled"],
         "stored_stages": ["queued", "scheduled"],
