@@ -723,7 +723,7 @@ BEGIN
     -- Each level of nesting takes at least 4 bytes of jsonb: smaller
     -- payloads cannot be 256 deep.
     IF pg_column_size(p_payload) > 1000 AND jsonb_path_exists(p_payload,
-            'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
+            'strict $.**{256} ? (@.type() == "object" || @.type() == "array")') THEN
         RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects%', v_job
             USING ERRCODE = '22023';
     END IF;
@@ -940,7 +940,7 @@ CREATE FUNCTION {schema}.enqueue_job(p_task text, p_payload jsonb DEFAULT '{}'::
     SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
-    v          record;  -- job (job_values), quotas, known
+    v          record;  -- the dedup path's job (job_values), quotas, known
     v_id       bigint;
     v_queue    text;
     v_status   {schema}.job_status;
@@ -950,34 +950,43 @@ DECLARE
     v_known    boolean;
     v_notified text;
 BEGIN
-    -- One statement resolves and checks the options (enqueue_resolve,
-    -- inlined), reads whether quotas are set and whether the queue is
-    -- registered. (Generic plans, cached: under 'auto' the planner keeps
-    -- choosing custom plans for these statements, made again on every call,
-    -- which cost as much as the rest of the enqueue.)
-    SELECT r AS job,
-           l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
-           EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
-    INTO v
-    FROM {schema}.enqueue_resolve(
-             NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
-             p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
-             p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
-    LEFT JOIN {schema}.limits l ON true;
-    v_queue := (v.job).queue;
-    v_status := (v.job).status;
-    v_priority := (v.job).priority;
-    v_run_at := (v.job).run_at;
-    v_quotas := v.quotas;
-    v_known := v.known;
-
+    -- (Generic plans, cached: under 'auto' the planner keeps choosing
+    -- custom plans for these statements, made again on every call, which
+    -- cost as much as the rest of the enqueue.)
     IF p_dedup_key IS NULL THEN
-        -- Nothing can conflict: a plain insert, no speculative insertion.
+        -- Nothing can conflict: one statement resolves and checks the options
+        -- (enqueue_resolve, inlined; a refused job draws no id), inserts the
+        -- job (no speculative insertion), and reads whether quotas are set and
+        -- whether the queue is registered.
         INSERT INTO {schema}.jobs_new AS j
-        SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
-        RETURNING j.id INTO v_id;
+        SELECT nextval('{schema}.jobs_id_seq'), p_payload, r.*
+        FROM {schema}.enqueue_resolve(
+                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+                 NULL, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL, p_group_key) r
+        RETURNING j.id, j.queue, j.status, j.priority, j.run_at,
+                  EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = j.queue),
+                  (SELECT l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL
+                   FROM {schema}.limits l)
+        INTO v_id, v_queue, v_status, v_priority, v_run_at, v_known, v_quotas;
         created := true;
     ELSE
+        SELECT r AS job,
+               l.max_queues IS NOT NULL OR l.max_queued_per_queue IS NOT NULL AS quotas,
+               EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = r.queue) AS known
+        INTO v
+        FROM {schema}.enqueue_resolve(
+                 NULL, p_task, coalesce(p_payload, 'null'::jsonb), p_queue, p_priority,
+                 p_default_priority, p_run_at, p_delay, p_max_attempts, p_lease_seconds,
+                 p_dedup_key, p_serial_key, p_backoff, NULL, NULL, p_lookup, false, NULL,
+                 p_group_key) r
+        LEFT JOIN {schema}.limits l ON true;
+        v_queue := (v.job).queue;
+        v_status := (v.job).status;
+        v_priority := (v.job).priority;
+        v_run_at := (v.job).run_at;
+        v_quotas := v.quotas;
+        v_known := v.known;
         FOR attempt IN 1..10 LOOP
             INSERT INTO {schema}.jobs_new AS j
             SELECT nextval('{schema}.jobs_id_seq'), p_payload, (v.job).*
@@ -1326,7 +1335,7 @@ BEGIN
             END IF;
         END IF;
         IF jsonb_path_exists(p_payload,
-                'strict $.**{256 to last} ? (@.type() == "object" || @.type() == "array")') THEN
+                'strict $.**{256} ? (@.type() == "object" || @.type() == "array")') THEN
             RAISE EXCEPTION 'pgqueue: payload is nested deeper than 256 arrays/objects'
                 USING ERRCODE = '22023';
         END IF;
