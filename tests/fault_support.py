@@ -50,11 +50,17 @@ def deadlock_with_a_worker(dsn: str, deadline: float) -> bool:
             )
             other = held_by_a_waiter(dsn, table, time.monotonic() + 3.0)
             if other is not None:
-                conn.execute(
-                    sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
-                        sql.Identifier("pgqueue", other)
+                try:
+                    conn.execute(
+                        sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                            sql.Identifier("pgqueue", other)
+                        )
                     )
-                )
+                except psycopg.errors.DeadlockDetected:
+                    # Found too late: the worker's one deadlock check had run
+                    # (no cycle yet), so this session's own check chose it.
+                    conn.rollback()
+                    continue
                 conn.rollback()
                 return True
             conn.rollback()
