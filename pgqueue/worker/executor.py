@@ -399,6 +399,35 @@ class Executor:
             rj.child_completed = True
             self.running.pop(rj.job.job_id, None)
 
+    def _succeeded_in_transaction(self, rj: RunningJob, **extra: Any) -> None:
+        """context.transaction() recorded the success with the task's writes."""
+        job = rj.job
+        self.running.pop(job.job_id, None)
+        if self.log_successes:
+            self.jlog.info(
+                "job succeeded in its transaction",
+                job_id=job.job_id,
+                task=job.task,
+                queue=job.queue,
+                attempt=job.attempt,
+                duration_ms=_ms_since(rj.started),
+                outcome="succeeded",
+                **extra,
+            )
+
+    def _discard_lost(self, rj: RunningJob, exc: BaseException | None) -> None:
+        """The job ended after its lease was lost: its outcome is not ours to record."""
+        job = rj.job
+        self.running.pop(job.job_id, None)
+        log.warning(
+            "job finished after its lease was lost; outcome discarded",
+            job_id=job.job_id,
+            task=job.task,
+            queue=job.queue,
+            attempt=job.attempt,
+        )
+        self.observer.finished(rj, "lease_lost", exc)
+
     def _parked(self, rj: RunningJob, key: str) -> None:
         """wait_for_event set the job waiting in the database: nothing to record."""
         job = rj.job
@@ -426,28 +455,10 @@ class Executor:
         self._release_slot()
         job = rj.job
         if rj.child_completed:
-            self.running.pop(job.job_id, None)
-            if self.log_successes:
-                self.jlog.info(
-                    "job succeeded in its transaction",
-                    job_id=job.job_id,
-                    task=job.task,
-                    queue=job.queue,
-                    attempt=job.attempt,
-                    duration_ms=_ms_since(rj.started),
-                    outcome="succeeded",
-                )
+            self._succeeded_in_transaction(rj)
             return
         if rj.lost:
-            self.running.pop(job.job_id, None)
-            log.warning(
-                "job finished after its lease was lost; outcome discarded",
-                job_id=job.job_id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-            )
-            self.observer.finished(rj, "lease_lost", None)
+            self._discard_lost(rj, None)
             return
         outcome = handle.result()
         message = outcome.message
@@ -572,32 +583,13 @@ class Executor:
                 self._succeeded(rj)
             return
         if _completed_in_transaction(rj):
-            self.running.pop(job.job_id, None)
-            if self.log_successes:
-                self.jlog.info(
-                    "job succeeded in its transaction",
-                    job_id=job.job_id,
-                    task=job.task,
-                    queue=job.queue,
-                    attempt=job.attempt,
-                    duration_ms=_ms_since(rj.started),
-                    outcome="succeeded",
-                    error=None if exc is None else repr(exc),
-                )
+            self._succeeded_in_transaction(rj, error=None if exc is None else repr(exc))
             return
         if isinstance(exc, Parked):
             self._parked(rj, exc.key)
             return
         if rj.lost:
-            self.running.pop(job.job_id, None)
-            log.warning(
-                "job finished after its lease was lost; outcome discarded",
-                job_id=job.job_id,
-                task=job.task,
-                queue=job.queue,
-                attempt=job.attempt,
-            )
-            self.observer.finished(rj, "lease_lost", exc)
+            self._discard_lost(rj, exc)
             return
         if exc is None:
             encoded = encode_result(value, self.max_result_bytes)
